@@ -1,0 +1,3 @@
+"""Agents that ship with podracer; importing this registers them."""
+
+from agents import ppo  # noqa: F401

@@ -1,0 +1,107 @@
+"""PPO (Schulman et al., 2017): on-policy actor-critic with a clipped surrogate objective.
+
+Written once for one replica; runs under Anakin and Sebulba unchanged. The loss is a
+component (`config.loss.name`), so A2C-like or new objectives plug in without touching
+this file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import optax
+
+from podracer import registry
+from podracer.agent import Agent
+from podracer.components.losses import (PolicyGradientBatch, categorical_log_prob,
+                                        generalized_advantages, transition_mask)
+from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory, replica_mean
+
+
+@registry.agents.register("ppo")
+class PPO(Agent):
+  """PPO with GAE, several epochs of minibatch updates per trajectory batch."""
+
+  def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
+               optimizer: optax.GradientTransformation, discount: float = 0.99,
+               gae_lambda: float = 0.95, num_epochs: int = 4, num_minibatches: int = 4):
+    super().__init__(spec)
+    self.network = network
+    self.loss = loss
+    self.optimizer = optimizer
+    self.discount = discount
+    self.gae_lambda = gae_lambda
+    self.num_epochs = num_epochs
+    self.num_minibatches = num_minibatches
+
+  @classmethod
+  def gradient_steps_per_update(cls, num_epochs: int = 4, num_minibatches: int = 4,
+                                **unused: Any) -> int:
+    return num_epochs * num_minibatches
+
+  def init_nets(self, key):
+    dummy = jax.tree.map(lambda s: jnp.zeros((1, *s.shape), s.dtype), self.spec.observation)
+    return self.network.init(key, dummy)
+
+  def init_opt(self, nets):
+    return self.optimizer.init(nets)
+
+  def init_experience(self, trajectory_spec: Trajectory) -> Trajectory:
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory_spec)
+
+  def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
+    out = self.network.apply(nets, timestep.observation)
+    action = jax.random.categorical(key, out.logits).astype(jnp.int32)
+    extras = dict(log_prob=categorical_log_prob(out.logits, action), value=out.value)
+    return ActorOutput(action, extras), actor_state
+
+  def observe(self, experience, trajectory: Trajectory) -> Trajectory:
+    del experience  # On-policy: learn from the newest trajectory only.
+    return trajectory
+
+  def update(self, nets, opt, experience: Trajectory, key):
+    batch = self._batch(experience)
+    num_transitions = batch.mask.shape[0]
+    if num_transitions % self.num_minibatches:
+      raise ValueError(f"{num_transitions} transitions per replica do not split into "
+                       f"{self.num_minibatches} minibatches.")
+
+    def loss_fn(params, minibatch: PolicyGradientBatch):
+      out = self.network.apply(params, minibatch.observation)
+      return self.loss(out.logits, out.value, minibatch)
+
+    def minibatch_step(carry, minibatch):
+      params, opt_state = carry
+      grads, metrics = jax.grad(loss_fn, has_aux=True)(params, minibatch)
+      grads = replica_mean(grads)
+      updates, opt_state = self.optimizer.update(grads, opt_state, params)
+      return (optax.apply_updates(params, updates), opt_state), metrics
+
+    def epoch(carry, epoch_key):
+      order = jax.random.permutation(epoch_key, num_transitions)
+      minibatches = jax.tree.map(
+          lambda x: x[order].reshape(self.num_minibatches, -1, *x.shape[1:]), batch)
+      return jax.lax.scan(minibatch_step, carry, minibatches)
+
+    (nets, opt), metrics = jax.lax.scan(epoch, (nets, opt),
+                                        jax.random.split(key, self.num_epochs))
+    metrics = jax.tree.map(jnp.mean, metrics)
+    return nets, opt, experience, metrics
+
+  def _batch(self, trajectory: Trajectory) -> PolicyGradientBatch:
+    """Flattens a [T+1, B] trajectory into the [T*B] transitions the loss sees."""
+    values = trajectory.extras["value"]
+    advantages, targets = generalized_advantages(
+        trajectory.timestep, values, discount=self.discount, gae_lambda=self.gae_lambda)
+    head = lambda x: x[:-1].reshape(-1, *x.shape[2:])
+    return PolicyGradientBatch(
+        observation=jax.tree.map(head, trajectory.timestep.observation),
+        action=head(trajectory.action),
+        behaviour_log_prob=head(trajectory.extras["log_prob"]),
+        behaviour_value=head(values),
+        advantage=advantages.reshape(-1),
+        value_target=jax.lax.stop_gradient(targets).reshape(-1),
+        mask=transition_mask(trajectory.timestep).reshape(-1))

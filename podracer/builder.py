@@ -1,0 +1,109 @@
+"""Assembles registered components into a runnable experiment from one ConfigDict.
+
+A config has `seed`, `total_env_steps` and one section per component, each naming a
+registered component and giving its keyword arguments:
+
+    env.name        -> registry.environments      runtime.name  -> registry.runtimes
+    network.name    -> registry.networks          topology.name -> registry.topologies
+    loss.name       -> registry.losses            agent.name    -> registry.agents
+    optimizer.name  -> registry.optimizers        replay.name   -> registry.replay
+
+The agent's constructor says which components it needs (its `network`, `loss`,
+`optimizer`, `replay` parameters); only those sections are built.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+from typing import Any, Dict, Optional, TextIO
+
+from podracer import registry
+from podracer.errors import ConfigError
+from podracer.metrics import MetricsLogger
+
+# The optional components an agent may ask for by naming a constructor parameter.
+AGENT_COMPONENTS = {
+    "network": registry.networks,
+    "loss": registry.losses,
+    "optimizer": registry.optimizers,
+    "replay": registry.replay,
+}
+REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
+
+
+def register_builtin_components() -> None:
+  """Imports the modules whose import registers podracer's own components and agents."""
+  import podracer.components  # noqa: F401
+  import podracer.runtimes  # noqa: F401
+  import agents  # noqa: F401
+
+
+class Experiment:
+  """A built run: `run()` trains and returns a summary of the metrics."""
+
+  def __init__(self, config: Any, runtime: Any, agent: Any):
+    self.config, self.runtime, self.agent = config, runtime, agent
+
+  def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
+          print_interval: float = 1.0) -> Dict[str, Any]:
+    logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
+                           total_env_steps=self.runtime.num_calls * self.runtime.steps_per_call)
+    try:
+      self.runtime.run(logger)
+    finally:
+      logger.close(title=_title(self.config))
+    return dict(logger.summary(), records=logger.records)
+
+
+def _title(config: Any) -> str:
+  return f"{config.agent.name} on {config.env.name} ({config.runtime.name}, seed {config.seed})"
+
+
+def _check_required(config: Any) -> None:
+  for key in REQUIRED_KEYS:
+    if key not in config:
+      raise ConfigError(f"Config key `{key}` is missing; every config needs "
+                        f"{', '.join(f'`{k}`' for k in REQUIRED_KEYS)}.")
+  if not isinstance(config.seed, int):
+    raise ConfigError(f"Config key `seed` must be an integer, got {config.seed!r}.")
+  if not isinstance(config.total_env_steps, int) or config.total_env_steps <= 0:
+    raise ConfigError(f"Config key `total_env_steps` must be a positive integer, got "
+                      f"{config.total_env_steps!r}.")
+
+
+def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
+  """The agent from `config.agent`, with the component sections its constructor names."""
+  agent_kwargs = dict(config.agent)
+  factory = registry.agents.get(agent_kwargs.pop("name", None), key="agent.name")
+  params = inspect.signature(factory).parameters
+  injected: Dict[str, Any] = {"spec": spec}
+  for name, reg in AGENT_COMPONENTS.items():
+    if name not in params:
+      continue
+    if name not in config:
+      raise ConfigError(f"Agent '{config.agent.name}' needs a `{name}` section in the "
+                        f"config (`{name}.name` is one of: {', '.join(reg.names())}).")
+    extra: Dict[str, Any] = {"spec": spec} if name == "network" else {}
+    if name == "optimizer":
+      per_update = factory.gradient_steps_per_update(**agent_kwargs)
+      extra["total_steps"] = total_updates * per_update
+    injected[name] = registry.build(reg, config[name], key=name, **extra)
+  agent_section = dict(config.agent)
+  return registry.build(registry.agents, agent_section, key="agent", **injected)
+
+
+def build(config: Any) -> Experiment:
+  """Looks every component of `config` up in the registries and wires them together."""
+  register_builtin_components()
+  _check_required(config)
+  topology = registry.build(registry.topologies, config.topology, key="topology")
+  env_factory = functools.partial(registry.build, registry.environments, config.env,
+                                  key="env")
+  runtime = registry.build(registry.runtimes, config.runtime, key="runtime",
+                           env_factory=env_factory, topology=topology, seed=config.seed,
+                           total_env_steps=config.total_env_steps)
+  agent = build_agent(config, runtime.spec, runtime.num_updates)
+  runtime.setup(agent)
+  return Experiment(config, runtime, agent)

@@ -1,0 +1,105 @@
+"""The functional interface of environments written in JAX, and its batched, auto-resetting form.
+
+An `Environment` is pure: `reset(key)` and `step(state, action)` return a new state and a
+`TimeStep` for one environment, so the runtime can `vmap`, `scan` and compile it.
+`VectorEnv` is what runtimes use: a batch of environments that reset themselves on the
+step after LAST (dm_env's and EnvPool's convention) and report true episode statistics.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, NamedTuple, Tuple
+
+import jax
+import jax.numpy as jnp
+
+from podracer.types import EnvSpec, EpisodeStats, PyTree, StepType, TimeStep
+
+
+class Environment(abc.ABC):
+  """One environment as pure functions of an explicit state."""
+
+  # Runtimes check this: Anakin compiles `jax` environments into its program, Sebulba
+  # steps `host` environments (EnvPool, Gymnasium, dm_env) on the CPU.
+  kind = "jax"
+
+  @abc.abstractmethod
+  def reset(self, key: jax.Array) -> Tuple[PyTree, TimeStep]:
+    """A new episode: its state and FIRST timestep (reward 0, discount 1)."""
+
+  @abc.abstractmethod
+  def step(self, state: PyTree, action: jax.Array) -> Tuple[PyTree, TimeStep]:
+    """One transition from a non-terminal state: a MID or LAST timestep."""
+
+  @abc.abstractmethod
+  def spec(self) -> EnvSpec:
+    """Observation and action specs of a single environment."""
+
+
+def restart(observation: PyTree) -> TimeStep:
+  return TimeStep(jnp.int32(StepType.FIRST), jnp.float32(0.0), jnp.float32(1.0), observation)
+
+
+def transition(observation: PyTree, reward, *, terminated, truncated) -> TimeStep:
+  """A MID or LAST timestep; `terminated` zeroes the discount, `truncated` does not."""
+  terminated = jnp.asarray(terminated, jnp.bool_)
+  last = terminated | jnp.asarray(truncated, jnp.bool_)
+  return TimeStep(
+      step_type=jnp.where(last, StepType.LAST, StepType.MID).astype(jnp.int32),
+      reward=jnp.asarray(reward, jnp.float32),
+      discount=jnp.where(terminated, 0.0, 1.0).astype(jnp.float32),
+      observation=observation)
+
+
+class VectorEnvState(NamedTuple):
+  env_state: PyTree       # [B, ...]
+  key: jax.Array          # [B] keys for the next reset
+  timestep: TimeStep      # [B] the timestep last returned
+  episode_return: jax.Array
+  episode_length: jax.Array
+
+
+class VectorEnv:
+  """`num_envs` copies of a JAX environment, vmapped, with auto-reset and episode stats."""
+
+  kind = "jax"
+
+  def __init__(self, env: Environment, num_envs: int):
+    if getattr(env, "kind", "jax") != "jax":
+      raise TypeError(f"{type(env).__name__} is a {env.kind} environment; only JAX "
+                      "environments can be compiled into a VectorEnv.")
+    self.env = env
+    self.num_envs = num_envs
+
+  def spec(self) -> EnvSpec:
+    return self.env.spec()
+
+  def reset(self, key: jax.Array) -> Tuple[VectorEnvState, TimeStep]:
+    keys = jax.random.split(key, self.num_envs + 1)
+    env_state, timestep = jax.vmap(self.env.reset)(keys[1:])
+    zeros = jnp.zeros((self.num_envs,), jnp.float32)
+    state = VectorEnvState(env_state, jax.random.split(keys[0], self.num_envs), timestep,
+                           zeros, jnp.zeros((self.num_envs,), jnp.int32))
+    return state, timestep
+
+  def step(self, state: VectorEnvState,
+           action: jax.Array) -> Tuple[VectorEnvState, TimeStep, EpisodeStats]:
+    return jax.vmap(self._step_one)(state, action)
+
+  def _step_one(self, state: VectorEnvState, action):
+    reset_key, next_key = jax.random.split(state.key)
+    stepped_state, stepped = self.env.step(state.env_state, action)
+    reset_state, restarted = self.env.reset(reset_key)
+    was_last = state.timestep.step_type == StepType.LAST
+    # Selecting between both branches is what a vmapped `cond` does anyway.
+    pick = lambda a, b: jax.tree.map(lambda x, y: jnp.where(was_last, x, y), a, b)
+    env_state = pick(reset_state, stepped_state)
+    timestep = pick(restarted, stepped)
+    key = pick(next_key, state.key)
+    episode_return = jnp.where(was_last, 0.0, state.episode_return + timestep.reward)
+    episode_length = jnp.where(was_last, 0, state.episode_length + 1)
+    stats = EpisodeStats(done=timestep.step_type == StepType.LAST,
+                         episode_return=episode_return, episode_length=episode_length)
+    return VectorEnvState(env_state, key, timestep, episode_return, episode_length), \
+        timestep, stats

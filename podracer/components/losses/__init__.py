@@ -1,0 +1,10 @@
+"""Loss components: pure functions of network outputs and a batch (see `registry.losses`)."""
+
+from podracer.components.losses.actor_critic import (PolicyGradientBatch, PPOLoss,
+                                                     categorical_entropy,
+                                                     categorical_log_prob,
+                                                     generalized_advantages, normalize,
+                                                     transition_mask)
+
+__all__ = ["PolicyGradientBatch", "PPOLoss", "categorical_entropy", "categorical_log_prob",
+           "generalized_advantages", "normalize", "transition_mask"]

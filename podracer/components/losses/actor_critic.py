@@ -1,0 +1,121 @@
+"""Actor-critic losses and the advantage estimates they use, as pure functions.
+
+Trajectories follow dm_env's convention (see `podracer.types`): entry t holds the
+timestep s_t, the action a_t taken from it, and the reward r_{t+1} and discount d_{t+1}
+arrive with entry t+1. The action taken on a LAST step is ignored by the environment
+(the next step is a reset), so that "transition" is masked out of every loss.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Tuple
+
+import jax
+import jax.numpy as jnp
+import rlax
+
+from podracer import registry
+from podracer.types import StepType, TimeStep
+
+
+class PolicyGradientBatch(NamedTuple):
+  """A flat batch of transitions for an actor-critic loss; every field is [N, ...]."""
+  observation: jax.Array
+  action: jax.Array
+  behaviour_log_prob: jax.Array
+  behaviour_value: jax.Array
+  advantage: jax.Array
+  value_target: jax.Array
+  mask: jax.Array  # 1 for real transitions, 0 for the step after LAST
+
+
+def transition_mask(timestep: TimeStep) -> jax.Array:
+  """[T, B]: 1 where the action of entry t led to a real transition (s_t not LAST)."""
+  return (timestep.step_type[:-1] != StepType.LAST).astype(jnp.float32)
+
+
+def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: float,
+                           gae_lambda: float) -> Tuple[jax.Array, jax.Array]:
+  """GAE(lambda) advantages and value targets for a [T+1, B] trajectory, both [T, B].
+
+  Truncated episodes (LAST with discount 1) bootstrap from the value of their last
+  observation; terminated ones (discount 0) do not. No advantage flows across an
+  episode boundary: lambda is zeroed where the next step is LAST.
+  """
+  mask = transition_mask(timestep)
+  next_is_last = (timestep.step_type[1:] == StepType.LAST).astype(jnp.float32)
+  discount_t = discount * timestep.discount[1:] * mask
+  lambda_t = gae_lambda * (1.0 - next_is_last)
+  reward_t = timestep.reward[1:] * mask
+  gae = jax.vmap(rlax.truncated_generalized_advantage_estimation,
+                 in_axes=(1, 1, 1, 1), out_axes=1)
+  advantages = gae(reward_t, discount_t, lambda_t, values) * mask
+  return advantages, advantages + values[:-1]
+
+
+def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
+  return jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def normalize(x: jax.Array, mask: jax.Array, eps: float = 1e-8) -> jax.Array:
+  mean = _masked_mean(x, mask)
+  std = jnp.sqrt(_masked_mean(jnp.square(x - mean), mask))
+  return (x - mean) / (std + eps)
+
+
+def categorical_log_prob(logits: jax.Array, action: jax.Array) -> jax.Array:
+  log_probs = jax.nn.log_softmax(logits)
+  return jnp.take_along_axis(log_probs, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+
+def categorical_entropy(logits: jax.Array) -> jax.Array:
+  log_probs = jax.nn.log_softmax(logits)
+  return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
+
+
+Metrics = Dict[str, jax.Array]
+
+
+@registry.losses.register("ppo")
+class PPOLoss:
+  """PPO's clipped surrogate objective with a value loss and an entropy bonus.
+
+  L = -E[min(rho A, clip(rho, 1-eps, 1+eps) A)] + c_v E[(V - G)^2] / 2 - c_H E[H(pi)]
+  with rho = pi(a|s) / mu(a|s). Called as `loss(logits, value, batch)`.
+  """
+
+  def __init__(self, clip_epsilon: float = 0.2, value_coef: float = 0.5,
+               entropy_coef: float = 0.01, clip_value: bool = True,
+               normalize_advantages: bool = True):
+    self.clip_epsilon = clip_epsilon
+    self.value_coef = value_coef
+    self.entropy_coef = entropy_coef
+    self.clip_value = clip_value
+    self.normalize_advantages = normalize_advantages
+
+  def __call__(self, logits: jax.Array, value: jax.Array,
+               batch: PolicyGradientBatch) -> Tuple[jax.Array, Metrics]:
+    mask = batch.mask
+    advantage = batch.advantage
+    if self.normalize_advantages:
+      advantage = normalize(advantage, mask)
+    log_prob = categorical_log_prob(logits, batch.action)
+    ratio = jnp.exp(log_prob - batch.behaviour_log_prob)
+    clipped_ratio = jnp.clip(ratio, 1.0 - self.clip_epsilon, 1.0 + self.clip_epsilon)
+    policy_loss = -_masked_mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage),
+                                mask)
+
+    value_error = jnp.square(value - batch.value_target)
+    if self.clip_value:
+      clipped_value = batch.behaviour_value + jnp.clip(
+          value - batch.behaviour_value, -self.clip_epsilon, self.clip_epsilon)
+      value_error = jnp.maximum(value_error, jnp.square(clipped_value - batch.value_target))
+    value_loss = 0.5 * _masked_mean(value_error, mask)
+
+    entropy = _masked_mean(categorical_entropy(logits), mask)
+    loss = policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy
+    approx_kl = _masked_mean((ratio - 1.0) - jnp.log(ratio), mask)
+    clip_fraction = _masked_mean(
+        (jnp.abs(ratio - 1.0) > self.clip_epsilon).astype(jnp.float32), mask)
+    return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+                      approx_kl=approx_kl, clip_fraction=clip_fraction)

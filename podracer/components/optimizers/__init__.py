@@ -1,0 +1,42 @@
+"""Optimizer components: optax transformations built from config.
+
+The builder injects `total_steps`, the number of optimizer steps of the whole run, so a
+schedule can be written as a fraction of training.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import optax
+
+from podracer import registry
+
+
+def _learning_rate(learning_rate: float, anneal: bool, total_steps: int):
+  if not anneal:
+    return learning_rate
+  return optax.linear_schedule(learning_rate, 0.0, transition_steps=max(total_steps, 1))
+
+
+@registry.optimizers.register("adam")
+def adam(total_steps: int, learning_rate: float = 3e-4, eps: float = 1e-5,
+         max_grad_norm: Optional[float] = 0.5, anneal: bool = False,
+         b1: float = 0.9, b2: float = 0.999) -> optax.GradientTransformation:
+  """Adam with optional global-norm clipping and linear decay to zero."""
+  chain = [] if max_grad_norm is None else [optax.clip_by_global_norm(max_grad_norm)]
+  chain.append(optax.adam(_learning_rate(learning_rate, anneal, total_steps), b1=b1, b2=b2,
+                          eps=eps))
+  return optax.chain(*chain)
+
+
+@registry.optimizers.register("rmsprop")
+def rmsprop(total_steps: int, learning_rate: float = 6e-4, decay: float = 0.99,
+            eps: float = 1e-8, momentum: float = 0.0,
+            max_grad_norm: Optional[float] = 40.0,
+            anneal: bool = False) -> optax.GradientTransformation:
+  """RMSProp as IMPALA used it, with optional clipping and linear decay."""
+  chain = [] if max_grad_norm is None else [optax.clip_by_global_norm(max_grad_norm)]
+  chain.append(optax.rmsprop(_learning_rate(learning_rate, anneal, total_steps),
+                             decay=decay, eps=eps, momentum=momentum or None))
+  return optax.chain(*chain)

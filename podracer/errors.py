@@ -1,0 +1,9 @@
+"""Errors a user can cause and fix: the launcher prints them as one paragraph, no traceback."""
+
+
+class ConfigError(Exception):
+  """The config (or a command-line override of it) cannot be built into a run."""
+
+
+class RecompilationError(RuntimeError):
+  """A step that must compile once was traced again; the message says which inputs changed."""

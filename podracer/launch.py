@@ -1,0 +1,73 @@
+"""Launches a run from a config file:
+
+  python -m podracer.launch --config=agents/ppo/config.py:cartpole_anakin --workdir=DIR \
+      [--config.KEY=VALUE ...]
+
+Writes DIR/config.json (the resolved config), DIR/metrics.jsonl and, at the end,
+DIR/learning_curve.png. A config that cannot be built exits with status 2 and one
+paragraph saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from podracer.errors import ConfigError
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file, as path/to/config.py:NAME.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, config and plots go.")
+_DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks for config errors too.")
+
+EXIT_CONFIG_ERROR = 2
+
+
+def _fail(message: str) -> None:
+  sys.stderr.write("\n".join(textwrap.wrap(f"Config error: {message}", width=88)) + "\n")
+  sys.exit(EXIT_CONFIG_ERROR)
+
+
+def run(config, workdir=None, stream=sys.stdout):
+  """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
+  from podracer import builder  # Imports JAX: keep `--help` fast.
+
+  experiment = builder.build(config)
+  if workdir:
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+  summary = experiment.run(workdir=workdir, stream=stream)
+  summary.pop("records", None)
+  if stream:
+    stream.write("result: " + json.dumps(summary) + "\n")
+    if workdir:
+      stream.write(f"wrote {workdir}/metrics.jsonl, config.json, learning_curve.png\n")
+  return summary
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f"unexpected arguments {' '.join(argv[1:])!r}; overrides look like "
+          "--config.KEY=VALUE.")
+  if _CONFIG.value is None:
+    _fail("no config given; pass --config=path/to/config.py:NAME.")
+  try:
+    run(_CONFIG.value, _WORKDIR.value)
+  except ConfigError as e:
+    if _DEBUG.value:
+      raise
+    _fail(str(e))
+
+
+def entry_point():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  entry_point()

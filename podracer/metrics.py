@@ -1,0 +1,124 @@
+"""Where a run's numbers go: a progress line, `metrics.jsonl`, and a learning-curve plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, TextIO
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "learning_curve.png"
+
+
+class MetricsLogger:
+  """Writes one JSON object per log step and prints a progress line.
+
+  Records need `env_steps`; `sps` and `episode_return` are shown when present. Lines
+  are printed at most every `print_interval` seconds (every record is still written).
+  """
+
+  def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
+               print_interval: float = 1.0, total_env_steps: Optional[int] = None):
+    self.workdir = workdir
+    self.stream = stream
+    self.print_interval = print_interval
+    self.total_env_steps = total_env_steps
+    self.records: List[Dict[str, Any]] = []
+    self._start = time.perf_counter()
+    self._last_print = -math.inf
+    self._file = None
+    if workdir:
+      os.makedirs(workdir, exist_ok=True)
+      self._file = open(os.path.join(workdir, METRICS_FILE), "w")
+
+  def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
+    record = {k: _plain(v) for k, v in record.items()}
+    record["wall_time"] = time.perf_counter() - self._start
+    if compile_step:
+      record["includes_compilation"] = True
+    self.records.append(record)
+    if self._file:
+      self._file.write(json.dumps(record) + "\n")
+      self._file.flush()
+    now = time.perf_counter()
+    done = self.total_env_steps is not None and record["env_steps"] >= self.total_env_steps
+    if self.stream and (now - self._last_print >= self.print_interval or done):
+      self._last_print = now
+      self.stream.write(self.format(record) + "\n")
+      self.stream.flush()
+
+  def format(self, record: Dict[str, Any]) -> str:
+    steps = f"{record['env_steps']:,}"
+    if self.total_env_steps:
+      steps += f"/{self.total_env_steps:,}"
+    parts = [f"[{record['wall_time']:7.1f}s]", f"env steps {steps}"]
+    if "sps" in record:
+      parts.append(f"{record['sps']:,.0f} steps/s" +
+                   (" (incl. compile)" if record.get("includes_compilation") else ""))
+    if "episode_return" in record:
+      parts.append(f"return {record['episode_return']:.3f}")
+    for key in ("loss", "policy_loss", "value_loss", "entropy", "policy_lag"):
+      if key in record:
+        parts.append(f"{key} {record[key]:.3g}")
+    return " | ".join(parts)
+
+  def summary(self) -> Dict[str, Any]:
+    """Final env steps, best and last mean episode return, median steps/s."""
+    out: Dict[str, Any] = {}
+    if not self.records:
+      return out
+    out["env_steps"] = self.records[-1]["env_steps"]
+    returns = [r["episode_return"] for r in self.records if "episode_return" in r]
+    if returns:
+      out["final_episode_return"] = returns[-1]
+      out["best_episode_return"] = max(returns)
+    sps = sorted(r["sps"] for r in self.records
+                 if "sps" in r and not r.get("includes_compilation"))
+    if sps:
+      out["median_sps"] = sps[len(sps) // 2]
+    out["wall_time"] = self.records[-1]["wall_time"]
+    return out
+
+  def close(self, title: str = "") -> Optional[str]:
+    """Closes the file and plots the learning curve into the workdir; returns its path."""
+    if self._file:
+      self._file.close()
+      self._file = None
+    if not self.workdir:
+      return None
+    return plot_learning_curve(self.records, os.path.join(self.workdir, PLOT_FILE), title)
+
+
+def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "") -> str:
+  import matplotlib  # Lazy: only runs that write a plot pay for the import.
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, (ax_ret, ax_sps) = plt.subplots(2, 1, figsize=(7, 6), sharex=True,
+                                       gridspec_kw=dict(height_ratios=[3, 1]))
+  points = [(r["env_steps"], r["episode_return"]) for r in records if "episode_return" in r]
+  if points:
+    ax_ret.plot(*zip(*points), marker=".", lw=1.2)
+  ax_ret.set_ylabel("mean episode return")
+  ax_ret.set_title(title or "learning curve")
+  ax_ret.grid(alpha=0.3)
+  sps = [(r["env_steps"], r["sps"]) for r in records
+         if "sps" in r and not r.get("includes_compilation")]
+  if sps:
+    ax_sps.plot(*zip(*sps), color="tab:gray", lw=1.0)
+  ax_sps.set_ylabel("env steps/s")
+  ax_sps.set_xlabel("env steps")
+  ax_sps.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
+def _plain(v: Any) -> Any:
+  if hasattr(v, "item"):
+    return v.item()
+  return v

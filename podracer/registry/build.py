@@ -1,0 +1,68 @@
+"""Instantiates a registered component from its config section, checking the keys first."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Mapping
+
+from podracer.errors import ConfigError
+
+
+def _as_dict(section: Any, key: str) -> dict:
+  if section is None:
+    raise ConfigError(f"Config key `{key}` is missing; it needs at least `{key}.name`.")
+  if hasattr(section, "to_dict"):
+    section = section.to_dict()
+  if not isinstance(section, Mapping):
+    raise ConfigError(f"Config key `{key}` must be a section with a `name` "
+                      f"(e.g. `{key}.name`), got {section!r}.")
+  return dict(section)
+
+
+def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, what: str,
+                 key: str) -> None:
+  """Raises ConfigError naming `key.<arg>` if `factory` does not accept `kwargs`."""
+  try:
+    params = inspect.signature(factory).parameters
+  except (TypeError, ValueError):
+    return
+  if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+    return
+  accepted = [n for n, p in params.items()
+              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+  unknown = sorted(set(kwargs) - set(accepted))
+  if unknown:
+    raise ConfigError(
+        f"Config key(s) {', '.join(f'`{key}.{u}`' for u in unknown)} are not parameters of "
+        f"{what}; it accepts: {', '.join(accepted) or 'nothing'}.")
+  missing = [n for n, p in params.items()
+             if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+             and n not in kwargs]
+  if missing:
+    raise ConfigError(
+        f"{what} needs {', '.join(f'`{key}.{m}`' for m in missing)} in the config.")
+
+
+def build(registry, section: Any, *, key: str, **injected: Any) -> Any:
+  """`registry[section.name](**section_without_name, **injected)`, with clear errors.
+
+  `injected` are arguments the builder supplies (the action spec, a total step count) and
+  which a config must not set.
+  """
+  kwargs = _as_dict(section, key)
+  name = kwargs.pop("name", None)
+  if name is None:
+    raise ConfigError(f"Config key `{key}.name` is missing: say which {registry.kind} to "
+                      f"use, one of: {', '.join(registry.names())}.")
+  factory = registry.get(name, key=f"{key}.name")
+  clash = sorted(set(kwargs) & set(injected))
+  if clash:
+    raise ConfigError(f"Config key(s) {', '.join(f'`{key}.{c}`' for c in clash)} are set "
+                      f"by the builder and cannot be configured.")
+  kwargs.update(injected)
+  check_kwargs(factory, kwargs, what=f"{registry.kind} '{name}'", key=key)
+  try:
+    return factory(**kwargs)
+  except (TypeError, ValueError) as e:
+    raise ConfigError(f"Could not build {registry.kind} '{name}' from config key `{key}`: "
+                      f"{e}") from e

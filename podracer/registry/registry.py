@@ -1,0 +1,110 @@
+"""A registry maps component names to factories, one registry per kind of component.
+
+Components are looked up by the name given in a config (`config.env.name`, ...). A miss
+raises `UnknownComponentError`, which says what kind was asked for, what exists and what
+is closest, so a typo in a config costs one read of the error message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
+
+from podracer.errors import ConfigError
+
+T = TypeVar("T", bound=Callable[..., Any])
+
+
+class UnknownComponentError(ConfigError, KeyError):
+  """A config named a component that no registry entry has."""
+
+  def __init__(self, kind: str, name: str, known: List[str], key: Optional[str] = None):
+    self.kind, self.name, self.known = kind, name, known
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
+    where = f" (config key `{key}`)" if key else ""
+    msg = f"Unknown {kind} '{name}'{where}."
+    if close:
+      msg += " Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    msg += f" Registered {kind}s: " + (", ".join(known) if known else "none") + "."
+    super().__init__(msg)
+
+  def __str__(self) -> str:  # KeyError would otherwise quote the message.
+    return self.args[0]
+
+
+class DuplicateComponentError(ConfigError, ValueError):
+  """Two different components were registered under one name."""
+
+
+class Registry:
+  """Names to factories for one kind of component (environment, network, loss, ...)."""
+
+  def __init__(self, kind: str):
+    self.kind = kind
+    self._entries: Dict[str, Callable[..., Any]] = {}
+
+  def register(self, name: Optional[str] = None, obj: Optional[T] = None, *,
+               override: bool = False):
+    """Registers `obj` under `name`; usable as `@reg.register("name")` or a call.
+
+    Registering a second, different object under a taken name is an error unless
+    `override=True`. Re-registering the same definition (same module and qualified name,
+    as happens when a config file is loaded twice) replaces the entry quietly.
+    """
+    def add(target: T) -> T:
+      key = name or getattr(target, "__name__", None)
+      if not key:
+        raise ValueError(f"Cannot register {target!r} as a {self.kind} without a name.")
+      key = key.lower()
+      existing = self._entries.get(key)
+      if existing is not None and not override and not _same_definition(existing, target):
+        raise DuplicateComponentError(
+            f"A {self.kind} named '{key}' is already registered ({_describe(existing)}); "
+            f"pick another name or pass override=True to replace it.")
+      self._entries[key] = target
+      return target
+
+    if obj is not None:
+      return add(obj)
+    return add
+
+  def get(self, name: str, *, key: Optional[str] = None) -> Callable[..., Any]:
+    """The factory registered as `name` (case-insensitive); `key` names the config key."""
+    if not isinstance(name, str):
+      raise ConfigError(f"Config key `{key or self.kind}` must name a {self.kind} "
+                        f"(a string), got {name!r}.")
+    try:
+      return self._entries[name.lower()]
+    except KeyError:
+      raise UnknownComponentError(self.kind, name, self.names(), key) from None
+
+  def names(self) -> List[str]:
+    return sorted(self._entries)
+
+  def unregister(self, name: str) -> None:
+    self._entries.pop(name.lower(), None)
+
+  def __contains__(self, name: object) -> bool:
+    return isinstance(name, str) and name.lower() in self._entries
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(self.names())
+
+  def __len__(self) -> int:
+    return len(self._entries)
+
+  def __repr__(self) -> str:
+    return f"Registry({self.kind!r}: {', '.join(self.names())})"
+
+
+def _same_definition(a: Any, b: Any) -> bool:
+  if a is b:
+    return True
+  ident = lambda o: (getattr(o, "__module__", None), getattr(o, "__qualname__", None))
+  return ident(a) == ident(b) and ident(a) != (None, None)
+
+
+def _describe(obj: Any) -> str:
+  where = inspect.getmodule(obj)
+  return f"{getattr(obj, '__qualname__', repr(obj))} from {where.__name__ if where else '?'}"

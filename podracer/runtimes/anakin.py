@@ -1,0 +1,187 @@
+"""Anakin (Podracer paper, section 3.1): environment, acting and learning in one program.
+
+Per replica, one update is: a `lax.scan` over `rollout_length` steps of acting in a
+batch of JAX environments, then `agent.observe` and `agent.update`. `updates_per_call`
+updates are scanned together, and the whole thing is `pmap`ped over the topology's
+devices with the state donated, so the host only launches it and reads metrics.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Dict, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer import registry
+from podracer.agent import Agent
+from podracer.components.environments.base import VectorEnv, VectorEnvState
+from podracer.errors import ConfigError
+from podracer.runtimes.compile_once import compile_once
+from podracer.types import (REPLICA_AXIS, AgentState, EnvSpec, PyTree, Trajectory,
+                            strip_weak_types)
+
+
+class Pending(NamedTuple):
+  """The last step acted on but not yet taken: entry 0 of the next trajectory."""
+  entry: Trajectory  # fields without the time axis: [B, ...]
+
+
+class AnakinState(NamedTuple):
+  agent: AgentState
+  env: VectorEnvState
+  pending: Trajectory
+  key: jax.Array
+
+
+class EpisodeTotals(NamedTuple):
+  """Sums over the finished episodes of an update: summed again on the host."""
+  count: jax.Array
+  return_sum: jax.Array
+  length_sum: jax.Array
+
+
+@registry.runtimes.register("anakin")
+class Anakin:
+  """Compiles act-and-learn into one replicated program for JAX environments."""
+
+  def __init__(self, env_factory: Callable[..., Any], topology: Any, seed: int,
+               total_env_steps: int, num_envs_per_device: int = 4,
+               rollout_length: int = 128, updates_per_call: int = 16):
+    env = env_factory()
+    if getattr(env, "kind", "jax") != "jax":
+      raise ConfigError(
+          f"Anakin compiles the environment into its program, so it needs an environment "
+          f"written in JAX; `env.name` selects a {env.kind} environment "
+          f"({type(env).__name__}). Use runtime.name=sebulba for it.")
+    if not hasattr(topology, "devices") or not hasattr(topology, "num_replicas"):
+      raise ConfigError("Anakin needs a topology that replicates over devices "
+                        "(`topology.name=replicate`).")
+    self.env = VectorEnv(env, num_envs_per_device)
+    self.topology = topology
+    self.seed = seed
+    self.num_envs_per_device = num_envs_per_device
+    self.rollout_length = rollout_length
+    self.updates_per_call = updates_per_call
+    self.steps_per_update = topology.num_replicas * num_envs_per_device * rollout_length
+    self.steps_per_call = self.steps_per_update * updates_per_call
+    self.num_calls = max(1, math.ceil(total_env_steps / self.steps_per_call))
+    self.num_updates = self.num_calls * updates_per_call
+    self.agent: Optional[Agent] = None
+
+  @property
+  def spec(self) -> EnvSpec:
+    return self.env.spec()
+
+  # -- program ---------------------------------------------------------------------
+
+  def setup(self, agent: Agent) -> None:
+    self.agent = agent
+    devices = self.topology.devices
+    self._init = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS, devices=devices)
+    self._step = jax.pmap(compile_once(self._run_updates, "The Anakin step"),
+                          axis_name=REPLICA_AXIS, devices=devices, donate_argnums=(0,))
+
+  def init(self) -> AnakinState:
+    """Replicated state: equal parameters, different environments on each replica."""
+    key = jax.random.PRNGKey(self.seed)
+    nets_key, run_key = jax.random.split(key)
+    first = jax.process_index() * self.topology.num_devices
+    replica_keys = np.stack([np.asarray(jax.random.fold_in(run_key, first + i))
+                             for i in range(self.topology.num_devices)])
+    nets_keys = np.stack([np.asarray(nets_key)] * self.topology.num_devices)
+    return self._init(nets_keys, replica_keys)
+
+  def _init_replica(self, nets_key, key) -> AnakinState:
+    agent = self.agent
+    env_key, actor_key, act_key, key = jax.random.split(key, 4)
+    env_state, timestep = self.env.reset(env_key)
+    actor_state = agent.init_actor(actor_key, self.num_envs_per_device)
+    nets = agent.init_nets(nets_key)
+    out, next_actor_state = agent.act(nets, actor_state, timestep, act_key)
+    pending = Trajectory(timestep, actor_state, out.action, out.extras)
+    trajectory_spec = jax.eval_shape(
+        lambda p: jax.tree.map(
+            lambda x: jnp.zeros((self.rollout_length + 1, *x.shape), x.dtype), p), pending)
+    state = AnakinState(
+        agent=AgentState(actor=next_actor_state, nets=nets, opt=agent.init_opt(nets),
+                         experience=agent.init_experience(trajectory_spec)),
+        env=env_state, pending=pending, key=key)
+    return strip_weak_types(state)
+
+  def _rollout(self, nets, env_state, pending: Trajectory, actor_state, key):
+    """`rollout_length` env steps; returns a [T+1, B] trajectory and the new pending step."""
+    agent = self.agent
+
+    def env_step(carry, step_key):
+      env_state, pending, actor_state = carry
+      env_state, timestep, stats = self.env.step(env_state, pending.action)
+      out, next_actor_state = agent.act(nets, actor_state, timestep, step_key)
+      next_pending = Trajectory(timestep, actor_state, out.action, out.extras)
+      return (env_state, next_pending, next_actor_state), (pending, stats)
+
+    # `pending.actor_state` is the state the pending action was chosen with; the actor
+    # state after it is carried separately.
+    (env_state, pending, actor_state), (entries, stats) = jax.lax.scan(
+        env_step, (env_state, pending, actor_state),
+        jax.random.split(key, self.rollout_length))
+    trajectory = jax.tree.map(lambda xs, x: jnp.concatenate([xs, x[None]]), entries, pending)
+    totals = EpisodeTotals(
+        count=jnp.sum(stats.done.astype(jnp.float32)),
+        return_sum=jnp.sum(jnp.where(stats.done, stats.episode_return, 0.0)),
+        length_sum=jnp.sum(jnp.where(stats.done, stats.episode_length, 0)).astype(
+            jnp.float32))
+    return trajectory, env_state, pending, actor_state, totals
+
+  def _update(self, state: AnakinState, _):
+    agent = self.agent
+    key, rollout_key, update_key = jax.random.split(state.key, 3)
+    trajectory, env_state, pending, actor_state, totals = self._rollout(
+        state.agent.nets, state.env, state.pending, state.agent.actor, rollout_key)
+    experience = agent.observe(state.agent.experience, trajectory)
+    nets, opt, experience, metrics = agent.update(state.agent.nets, state.agent.opt,
+                                                  experience, update_key)
+    agent_state = AgentState(actor=actor_state, nets=nets, opt=opt, experience=experience)
+    return AnakinState(agent_state, env_state, pending, key), (metrics, totals)
+
+  def _run_updates(self, state: AnakinState):
+    state, (metrics, totals) = jax.lax.scan(self._update, state, None,
+                                            length=self.updates_per_call)
+    # Episodes are summed over replicas here so the host reads one number per update.
+    totals = jax.lax.psum(totals, REPLICA_AXIS)
+    metrics = jax.lax.pmean(metrics, REPLICA_AXIS)
+    return state, (metrics, totals)
+
+  # -- host loop -------------------------------------------------------------------
+
+  def step(self, state: AnakinState):
+    """Runs `updates_per_call` updates on every replica; metrics as [U] numpy arrays."""
+    state, (metrics, totals) = self._step(state)
+    # Replicas agree after psum/pmean: read replica 0 only.
+    metrics, totals = jax.device_get(jax.tree.map(lambda x: x[0], (metrics, totals)))
+    return state, metrics, totals
+
+  def run(self, logger, state: Optional[AnakinState] = None) -> AnakinState:
+    state = self.init() if state is None else state
+    env_steps = 0
+    for call in range(self.num_calls):
+      start = time.perf_counter()
+      state, metrics, totals = self.step(state)
+      elapsed = time.perf_counter() - start
+      env_steps += self.steps_per_call
+      record: Dict[str, float] = {
+          "env_steps": env_steps,
+          "updates": (call + 1) * self.updates_per_call,
+          "sps": self.steps_per_call / elapsed,
+      }
+      count = float(np.sum(totals.count))
+      if count:
+        record["episode_return"] = float(np.sum(totals.return_sum)) / count
+        record["episode_length"] = float(np.sum(totals.length_sum)) / count
+        record["episodes"] = count
+      record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+      logger.write(record, compile_step=(call == 0))
+    return state

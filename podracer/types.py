@@ -1,0 +1,132 @@
+"""The data that flows between environments, agents and runtimes.
+
+One convention for JAX and CPU environments alike, dm_env's: a `TimeStep` carries the
+step type, the reward and discount that arrived with this observation, and the
+observation. After a LAST step the next step starts a new episode (FIRST) and ignores
+the action it was given; EnvPool's auto-reset works the same way, which is why an agent
+cannot tell a JAX environment from an EnvPool one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PyTree = Any
+
+# The mapped axis over which replicas (devices, hosts) share gradients. Every runtime maps
+# its learner over this name, so an agent written for one replica works on any number.
+REPLICA_AXIS = "replica"
+
+
+class StepType:
+  FIRST = 0
+  MID = 1
+  LAST = 2
+
+
+class TimeStep(NamedTuple):
+  step_type: jax.Array  # int32 [...]
+  reward: jax.Array     # float32 [...]
+  discount: jax.Array   # float32 [...]: 0 when the episode terminated, else 1
+  observation: PyTree
+
+  def first(self):
+    return self.step_type == StepType.FIRST
+
+  def mid(self):
+    return self.step_type == StepType.MID
+
+  def last(self):
+    return self.step_type == StepType.LAST
+
+
+class EpisodeStats(NamedTuple):
+  """True episode statistics (before reward clipping or life-loss signals), per env.
+
+  `done` marks the steps at which an episode ended; `episode_return` and
+  `episode_length` hold that episode's totals there (and running totals elsewhere).
+  """
+  done: jax.Array
+  episode_return: jax.Array
+  episode_length: jax.Array
+
+
+# Specs are frozen dataclasses, not NamedTuples, so that jax.tree.map over a pytree of
+# specs treats each spec as a leaf.
+@dataclasses.dataclass(frozen=True)
+class ArraySpec:
+  shape: Tuple[int, ...]
+  dtype: Any
+  name: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DiscreteSpec:
+  num_values: int
+  dtype: Any = np.int32
+  name: str = "action"
+
+  @property
+  def shape(self):
+    return ()
+
+
+class EnvSpec(NamedTuple):
+  observation: PyTree  # pytree of ArraySpec
+  action: Any          # DiscreteSpec (continuous actions: an ArraySpec)
+
+
+class ActorOutput(NamedTuple):
+  action: jax.Array
+  extras: PyTree  # whatever the learner needs from acting: log-probs, values, q-values
+
+
+class Trajectory(NamedTuple):
+  """T+1 steps of B environments, time-major: [T+1, B, ...].
+
+  Entry t holds the timestep the agent saw, the actor state it saw it with, and what
+  it did. Consecutive trajectories overlap by one entry (the last of one is the first
+  of the next), so every trajectory has its bootstrap step and T new env steps.
+  """
+  timestep: TimeStep
+  actor_state: PyTree
+  action: jax.Array
+  extras: PyTree
+
+
+class AgentState(NamedTuple):
+  """An agent's state split by who touches it (as in Earl).
+
+  actor: read and written by acting (recurrent state, exploration schedules), per env.
+  nets: the parameters; read by actors, written by the learner.
+  opt: everything else the learner updates with the nets (optimizer state, counters).
+  experience: what the learner learns from: the latest trajectory, or a replay buffer.
+  """
+  actor: PyTree
+  nets: PyTree
+  opt: PyTree
+  experience: PyTree
+
+
+def strip_weak_types(tree: PyTree) -> PyTree:
+  """Gives every array a strong dtype, so state cannot change type between calls.
+
+  A weakly typed scalar in an initial state becomes strongly typed after one step,
+  which would compile the step a second time (the Earl post's recompilation trap).
+  """
+  def strip(x):
+    if isinstance(x, (jax.Array, np.ndarray, np.generic, float, int, bool)):
+      x = jnp.asarray(x)
+      return x.astype(x.dtype)
+    return x
+  return jax.tree.map(strip, tree)
+
+
+def replica_mean(tree: PyTree) -> PyTree:
+  """Mean over all replicas of the learner (devices and hosts); see REPLICA_AXIS."""
+  return jax.lax.pmean(tree, axis_name=REPLICA_AXIS)
