@@ -15,7 +15,7 @@ import os
 import sys
 import textwrap
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from podracer.errors import ConfigError
@@ -51,7 +51,23 @@ def run(config, workdir=None, stream=sys.stdout):
   return summary
 
 
+def _parse_flags(argv):
+  """absl's parser, with bad overrides reported as one paragraph instead of a traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    message = str(e)
+    if "Traceback (most recent call last)" in message:  # A config file raised: keep its error.
+      message = message.split(":", 2)[0] + ": " + message.strip().splitlines()[-1]
+    _fail(message)
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    bad = [a for a in argv[1:] if a.startswith("--config.")]
+    _fail(f"could not apply {' '.join(bad) or 'the command line'}: {e}. Overrides must "
+          "name an existing config key, as --config.KEY=VALUE.")
+
+
 def main(argv):
+  logging.set_verbosity(logging.WARNING)  # Keep JAX's backend probing out of the output.
   if len(argv) > 1:
     _fail(f"unexpected arguments {' '.join(argv[1:])!r}; overrides look like "
           "--config.KEY=VALUE.")
@@ -66,7 +82,7 @@ def main(argv):
 
 
 def entry_point():
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":
