@@ -65,8 +65,3 @@ def test_user_registered_environment_and_loss_train_through_the_launcher(tmp_pat
   assert "env steps" in result.stdout and "steps/s" in result.stdout
   assert "return" in result.stdout
 
-
-def test_readme_example_is_the_tested_file():
-  readme = (ROOT / "README.md").read_text()
-  example = (ROOT / "examples" / "custom_components.py").read_text()
-  assert example.strip() in readme

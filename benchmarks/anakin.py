@@ -1,0 +1,120 @@
+"""Anakin throughput: PPO on CartPole against the bare environment and acting alone.
+
+  python benchmarks/anakin.py [--num_envs=4,16,64,256,1024] [--repeats=5]
+
+For each number of environments (per device) it measures, in one process:
+  env:   the bare batched environment step with random actions, in a compiled scan;
+  act:   environment plus the agent's policy (no learning), in a compiled scan;
+  ppo:   the full Anakin program (acting, GAE, 4 epochs x 4 minibatches of updates).
+Figures are medians over `repeats` timed calls after a warm-up (compile) call, so the
+ratios ppo/env and act/env show what learning and the framework cost on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_NUM_ENVS = flags.DEFINE_list("num_envs", ["4", "16", "64", "256", "1024"],
+                              "Environments per device.")
+_ROLLOUT = flags.DEFINE_integer("rollout_length", 128, "Steps per rollout.")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per measurement.")
+_MIN_STEPS = flags.DEFINE_integer("min_steps_per_call", 131072,
+                                  "Work per timed call, so launch overhead stays small.")
+
+
+def _median_sps(fn, state, steps_per_call, repeats):
+  import jax
+  state = jax.block_until_ready(fn(state))  # Compile and warm up.
+  rates = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    state = jax.block_until_ready(fn(state))
+    rates.append(steps_per_call / (time.perf_counter() - start))
+  return statistics.median(rates)
+
+
+def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
+  import jax
+  import jax.numpy as jnp
+
+  from agents.ppo.config import cartpole_anakin
+  from podracer import builder
+  from podracer.types import REPLICA_AXIS
+
+  updates = max(1, min_steps // (num_envs * rollout_length))
+  config = cartpole_anakin()
+  config.topology.num_devices = 1
+  config.runtime.num_envs_per_device = num_envs
+  config.runtime.rollout_length = rollout_length
+  config.runtime.updates_per_call = updates
+  config.total_env_steps = num_envs * rollout_length * updates
+  runtime = builder.build(config).runtime
+  steps_per_call = runtime.steps_per_call
+  state = runtime.init()
+  device = runtime.topology.devices[:1]
+
+  # Bare environment: random actions, nothing else.
+  env = runtime.env
+  num_actions = env.spec().action.num_values
+
+  def env_only(carry):
+    def body(carry, _):
+      env_state, key = carry
+      key, action_key = jax.random.split(key)
+      action = jax.random.randint(action_key, (num_envs,), 0, num_actions)
+      env_state, _, _ = env.step(env_state, action)
+      return (env_state, key), None
+    return jax.lax.scan(body, carry, None, length=rollout_length * updates)[0]
+
+  env_fn = jax.pmap(env_only, axis_name=REPLICA_AXIS, devices=device)
+  env_sps = _median_sps(env_fn, (state.env, state.key), steps_per_call, repeats)
+
+  # Acting alone: the runtime's own rollout, without observe/update.
+  def act_only(s):
+    def body(s, _):
+      key, rollout_key = jax.random.split(s.key)
+      _, env_state, pending, actor_state, _ = runtime._rollout(
+          s.agent.nets, s.env, s.pending, s.agent.actor, rollout_key)
+      return s._replace(env=env_state, pending=pending, key=key,
+                        agent=s.agent._replace(actor=actor_state)), None
+    return jax.lax.scan(body, s, None, length=updates)[0]
+
+  act_fn = jax.pmap(act_only, axis_name=REPLICA_AXIS, devices=device)
+  act_sps = _median_sps(act_fn, state, steps_per_call, repeats)
+
+  ppo_fn = lambda s: runtime._step(s)[0]
+  ppo_sps = _median_sps(ppo_fn, state, steps_per_call, repeats)
+  del jnp
+  return env_sps, act_sps, ppo_sps
+
+
+def main(argv):
+  del argv
+  import jax
+  import jaxlib
+  print(f"jax {jax.__version__} (jaxlib {jaxlib.__version__}), backend "
+        f"{jax.default_backend()}, {jax.device_count()} device(s), "
+        f"{os.cpu_count()} CPU core(s), Python {platform.python_version()}")
+  print(f"PPO CartPole Anakin, 1 device, rollout {_ROLLOUT.value}, 4 epochs x 4 "
+        f"minibatches, 64x64 tanh MLP; median of {_REPEATS.value} calls")
+  header = f"{'envs':>6} {'env steps/s':>14} {'act steps/s':>14} {'ppo steps/s':>14} " \
+           f"{'act/env':>8} {'ppo/env':>8}"
+  print(header)
+  print("-" * len(header))
+  for num_envs in map(int, _NUM_ENVS.value):
+    env_sps, act_sps, ppo_sps = measure(num_envs, _ROLLOUT.value, _REPEATS.value,
+                                        _MIN_STEPS.value)
+    print(f"{num_envs:>6} {env_sps:>14,.0f} {act_sps:>14,.0f} {ppo_sps:>14,.0f} "
+          f"{act_sps / env_sps:>8.3f} {ppo_sps / env_sps:>8.3f}", flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

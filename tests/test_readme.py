@@ -1,0 +1,31 @@
+"""The README stays true: its example is the tested file, its component list is complete."""
+
+import pathlib
+import re
+
+from podracer import builder, registry
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_example_is_the_tested_file():
+  example = (ROOT / "examples" / "custom_components.py").read_text()
+  assert example.strip() in README
+
+
+def test_readme_lists_every_registered_component():
+  builder.register_builtin_components()
+  section = README.split("## Registered components", 1)[1].split("\n## ", 1)[0]
+  listed = set(re.findall(r"`([a-z0-9_]+)`", section))
+  for kind, reg in registry.ALL.items():
+    for name in reg.names():
+      if name.startswith("test_"):
+        continue
+      assert name in listed, f"README does not list the {reg.kind} '{name}'"
+
+
+def test_readme_commands_exist():
+  for script in ("scripts/train.sh", "scripts/test.sh", "scripts/setup_env.sh",
+                 "benchmarks/anakin.py"):
+    assert script in README and (ROOT / script).exists(), script
