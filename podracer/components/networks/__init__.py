@@ -1,0 +1,97 @@
+"""Registered networks: `factory(spec=EnvSpec, **config) -> hk.Transformed`.
+
+Every network's `apply(params, observation [B, ...])` returns a `PolicyValueOutput`
+(logits [B, num_actions], value [B]); `init(key, observation)` takes a sample batch.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Sequence
+
+import haiku as hk
+
+from podracer import registry
+from podracer.components.networks.cores import LSTMCore
+from podracer.components.networks.heads import DuelingHead, PolicyValueHead, PolicyValueOutput
+from podracer.components.networks.torsos import (ACTIVATIONS, MLP, ImpalaResNet, NatureCNN,
+                                                 activation_fn, preprocess_image)
+from podracer.types import ArraySpec, EnvSpec
+
+ATARI_TORSOS = {"impala": ImpalaResNet, "nature": NatureCNN}
+
+
+def num_discrete_actions(spec: EnvSpec, network: str) -> int:
+  """The number of actions, or a ValueError saying the network needs discrete actions."""
+  action = getattr(spec, "action", None)
+  num_values = getattr(action, "num_values", None)
+  if not isinstance(num_values, numbers.Integral) or num_values < 1:
+    raise ValueError(f"Network '{network}' needs a discrete action spec (a DiscreteSpec "
+                     f"with num_values >= 1), got action spec {action!r}.")
+  return int(num_values)
+
+
+def _check_activation(activation: str) -> None:
+  activation_fn(activation)  # Fail when building, not when first traced.
+
+
+@registry.networks.register("mlp_actor_critic")
+def mlp_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64),
+                     activation: str = "tanh") -> hk.Transformed:
+  """Separate actor and critic MLPs, as in PureJaxRL's PPO network."""
+  num_actions = num_discrete_actions(spec, "mlp_actor_critic")
+  _check_activation(activation)
+
+  def forward(observation):
+    actor = MLP(hidden_sizes, activation, name="actor_torso")(observation)
+    critic = MLP(hidden_sizes, activation, name="critic_torso")(observation)
+    return PolicyValueHead(num_actions, name="head")(actor, critic)
+
+  return hk.without_apply_rng(hk.transform(forward))
+
+
+@registry.networks.register("mlp_shared_actor_critic")
+def mlp_shared_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64),
+                            activation: str = "tanh") -> hk.Transformed:
+  """One MLP torso feeding both the policy and the value layer."""
+  num_actions = num_discrete_actions(spec, "mlp_shared_actor_critic")
+  _check_activation(activation)
+
+  def forward(observation):
+    features = MLP(hidden_sizes, activation, name="torso")(observation)
+    return PolicyValueHead(num_actions, name="head")(features)
+
+  return hk.without_apply_rng(hk.transform(forward))
+
+
+@registry.networks.register("atari_actor_critic")
+def atari_actor_critic(spec: EnvSpec, torso: str = "impala",
+                       channels_first: bool = True) -> hk.Transformed:
+  """A conv torso ('impala' or 'nature') shared by the policy and the value layer.
+
+  `channels_first` matches EnvPool's stacked frames [B, C, H, W]; set it to False for
+  [B, H, W, C] observations.
+  """
+  num_actions = num_discrete_actions(spec, "atari_actor_critic")
+  if torso not in ATARI_TORSOS:
+    raise ValueError(f"Unknown torso {torso!r} for network 'atari_actor_critic'; options: "
+                     f"{', '.join(sorted(ATARI_TORSOS))}.")
+  observation = getattr(spec, "observation", None)
+  if isinstance(observation, ArraySpec) and len(observation.shape) != 3:
+    raise ValueError(f"Network 'atari_actor_critic' needs image observations of rank 3 "
+                     f"([C, H, W] or [H, W, C]), got shape {tuple(observation.shape)}.")
+  torso_cls = ATARI_TORSOS[torso]
+
+  def forward(observation):
+    features = torso_cls(channels_first=channels_first, name="torso")(observation)
+    return PolicyValueHead(num_actions, name="head")(features)
+
+  return hk.without_apply_rng(hk.transform(forward))
+
+
+__all__ = [
+    "ACTIVATIONS", "ATARI_TORSOS", "DuelingHead", "ImpalaResNet", "LSTMCore", "MLP",
+    "NatureCNN", "PolicyValueHead", "PolicyValueOutput", "activation_fn",
+    "atari_actor_critic", "mlp_actor_critic", "mlp_shared_actor_critic",
+    "num_discrete_actions", "preprocess_image",
+]

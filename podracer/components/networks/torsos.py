@@ -1,0 +1,115 @@
+"""Torsos: observation [B, ...] -> features [B, F].
+
+Initialisation follows PureJaxRL/CleanRL (orthogonal weights with scale sqrt(2), zero
+biases), since their PPO hyperparameters were tuned with it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
+
+
+def activation_fn(name: str) -> Callable[[jax.Array], jax.Array]:
+  try:
+    return ACTIVATIONS[name]
+  except KeyError:
+    raise ValueError(f"Unknown activation {name!r}; options: "
+                     f"{', '.join(sorted(ACTIVATIONS))}.") from None
+
+
+def _orthogonal(scale: float = np.sqrt(2)) -> hk.initializers.Initializer:
+  return hk.initializers.Orthogonal(scale=scale)
+
+
+def preprocess_image(x: jax.Array, channels_first: bool) -> jax.Array:
+  """[B, C, H, W] or [B, H, W, C] pixels -> float32 [B, H, W, C]; uint8 scaled to [0, 1]."""
+  if x.ndim != 4:
+    raise ValueError(f"Image torsos take a batch of images [B, H, W, C] or [B, C, H, W], "
+                     f"got shape {x.shape}.")
+  # Frames stay uint8 until here: 4x less to move from the host than float32.
+  if x.dtype == jnp.uint8:
+    x = x.astype(jnp.float32) / 255.0
+  else:
+    x = x.astype(jnp.float32)
+  if channels_first:
+    x = jnp.transpose(x, (0, 2, 3, 1))
+  return x
+
+
+class MLP(hk.Module):
+  """Flattens the observation and applies dense layers, each followed by the activation."""
+
+  def __init__(self, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
+               name: Optional[str] = None):
+    super().__init__(name=name)
+    self._hidden_sizes = tuple(hidden_sizes)
+    self._activation = activation_fn(activation)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x = jnp.reshape(x, (x.shape[0], -1)).astype(jnp.float32)
+    for i, size in enumerate(self._hidden_sizes):
+      x = hk.Linear(size, w_init=_orthogonal(), name=f"linear_{i}")(x)
+      x = self._activation(x)
+    return x
+
+
+class NatureCNN(hk.Module):
+  """The DQN Nature torso (Mnih et al. 2015): three VALID convs and a dense 512, all relu.
+
+  84x84 inputs give 7x7x64 conv features; anything from 36x36 up works.
+  """
+
+  def __init__(self, channels_first: bool = True, hidden_size: int = 512,
+               name: Optional[str] = None):
+    super().__init__(name=name)
+    self._channels_first = channels_first
+    self._hidden_size = hidden_size
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x = preprocess_image(x, self._channels_first)
+    for i, (channels, kernel, stride) in enumerate(((32, 8, 4), (64, 4, 2), (64, 3, 1))):
+      x = hk.Conv2D(channels, kernel, stride=stride, padding="VALID",
+                    w_init=_orthogonal(), name=f"conv_{i}")(x)
+      x = jax.nn.relu(x)
+    x = jnp.reshape(x, (x.shape[0], -1))
+    x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
+    return jax.nn.relu(x)
+
+
+class ImpalaResNet(hk.Module):
+  """The IMPALA deep torso (Espeholt et al. 2018).
+
+  Each section: conv 3x3, max-pool 3x3 stride 2, two residual blocks
+  (relu, conv, relu, conv, + input); then relu, flatten and a dense layer with relu.
+  84x84 inputs leave 11x11 after the three pools.
+  """
+
+  def __init__(self, channels: Sequence[int] = (16, 32, 32), channels_first: bool = True,
+               hidden_size: int = 256, name: Optional[str] = None):
+    super().__init__(name=name)
+    self._channels = tuple(channels)
+    self._channels_first = channels_first
+    self._hidden_size = hidden_size
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x = preprocess_image(x, self._channels_first)
+    conv = lambda c, name: hk.Conv2D(c, 3, stride=1, padding="SAME",
+                                     w_init=_orthogonal(), name=name)
+    for i, channels in enumerate(self._channels):
+      x = conv(channels, f"section_{i}_conv")(x)
+      x = hk.max_pool(x, window_shape=(1, 3, 3, 1), strides=(1, 2, 2, 1), padding="SAME")
+      for j in range(2):
+        block = f"section_{i}_block_{j}"
+        y = conv(channels, f"{block}_conv_0")(jax.nn.relu(x))
+        y = conv(channels, f"{block}_conv_1")(jax.nn.relu(y))
+        x = x + y
+    x = jnp.reshape(jax.nn.relu(x), (x.shape[0], -1))
+    x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
+    return jax.nn.relu(x)

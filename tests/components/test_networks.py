@@ -1,0 +1,256 @@
+"""Tests for the network torsos, heads, cores and registered factories."""
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from podracer import registry
+from podracer.components import networks
+from podracer.errors import ConfigError
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec
+
+KEY = jax.random.PRNGKey(0)
+
+
+def _spec(obs_shape, num_actions, dtype=np.float32):
+  return EnvSpec(observation=ArraySpec(obs_shape, dtype), action=DiscreteSpec(num_actions))
+
+
+def _flat(params):
+  """Params keyed without Haiku's '~' scopes, which differ with where a module is built."""
+  return {k.replace("/~/", "/"): v for k, v in params.items()}
+
+
+def _count(params):
+  return sum(x.size for x in jax.tree.leaves(params))
+
+
+def _jit(net):
+  # One compilation per function is far cheaper than op-by-op dispatch on 2 CPU cores.
+  return hk.Transformed(init=jax.jit(net.init), apply=jax.jit(net.apply))
+
+
+def _transform(fn):
+  return _jit(hk.without_apply_rng(hk.transform(fn)))
+
+
+def _images(shape, seed=0):
+  return jax.random.randint(jax.random.PRNGKey(seed), shape, 0, 256).astype(jnp.uint8)
+
+
+@pytest.mark.parametrize("name", ["mlp_actor_critic", "mlp_shared_actor_critic"])
+def test_mlp_factories_output_shapes_and_dtypes(name):
+  net = _jit(registry.networks.get(name)(spec=_spec((4,), 3)))
+  obs = jax.random.normal(KEY, (5, 4))
+  out = net.apply(net.init(KEY, obs), obs)
+  assert isinstance(out, networks.PolicyValueOutput)
+  assert out.logits.shape == (5, 3) and out.logits.dtype == jnp.float32
+  assert out.value.shape == (5,) and out.value.dtype == jnp.float32
+
+
+def test_mlp_flattens_observations():
+  net = networks.mlp_shared_actor_critic(spec=_spec((2, 3), 2), hidden_sizes=(8,))
+  obs = jax.random.normal(KEY, (4, 2, 3))
+  params = net.init(KEY, obs)
+  assert _flat(params)["torso/linear_0"]["w"].shape == (6, 8)
+  np.testing.assert_allclose(net.apply(params, obs).logits,
+                             net.apply(params, obs.reshape(4, 6)).logits)
+
+
+@pytest.mark.parametrize("torso", ["nature", "impala"])
+def test_atari_factory_output_shapes_and_dtypes(torso):
+  net = _jit(registry.networks.get("atari_actor_critic")(
+      spec=_spec((4, 42, 42), 6, np.uint8), torso=torso))
+  obs = _images((2, 4, 42, 42))
+  out = net.apply(net.init(KEY, obs), obs)
+  assert out.logits.shape == (2, 6) and out.logits.dtype == jnp.float32
+  assert out.value.shape == (2,) and out.value.dtype == jnp.float32
+  assert np.all(np.isfinite(out.logits)) and np.all(np.isfinite(out.value))
+
+
+@pytest.mark.parametrize("torso,flat", [("nature", 7 * 7 * 64), ("impala", 11 * 11 * 32)])
+def test_atari_conv_shapes_for_84x84(torso, flat):
+  # Shapes only (no compilation or compute), so the full Atari size stays cheap.
+  net = networks.atari_actor_critic(spec=_spec((4, 84, 84), 18, np.uint8), torso=torso)
+  obs = jax.ShapeDtypeStruct((3, 4, 84, 84), jnp.uint8)
+  params = jax.eval_shape(net.init, KEY, obs)
+  assert _flat(params)["torso/linear"]["w"].shape[0] == flat
+  out = jax.eval_shape(net.apply, params, obs)
+  assert out.logits.shape == (3, 18) and out.value.shape == (3,)
+
+
+def test_mlp_actor_critic_param_count_matches_hand_count():
+  net = networks.mlp_actor_critic(spec=_spec((4,), 2), hidden_sizes=(64, 64))
+  params = net.init(KEY, jnp.zeros((1, 4)))
+  actor = 4 * 64 + 64 + 64 * 64 + 64 + 64 * 2 + 2
+  critic = 4 * 64 + 64 + 64 * 64 + 64 + 64 * 1 + 1
+  assert _count(params) == actor + critic
+  actor_params = {k: v for k, v in _flat(params).items()
+                  if k.startswith("actor_torso/") or k == "head/policy"}
+  assert _count(actor_params) == actor
+
+
+def test_mlp_init_is_orthogonal_with_zero_bias():
+  net = networks.mlp_actor_critic(spec=_spec((64,), 2), hidden_sizes=(64,))
+  params = net.init(KEY, jnp.zeros((1, 64)))
+  layer = _flat(params)["actor_torso/linear_0"]
+  np.testing.assert_allclose(layer["w"].T @ layer["w"], 2.0 * np.eye(64), atol=1e-4)
+  assert not np.any(layer["b"])
+
+
+@pytest.mark.parametrize("name", ["mlp_actor_critic", "mlp_shared_actor_critic"])
+def test_policy_head_init_is_near_uniform(name):
+  net = _jit(registry.networks.get(name)(spec=_spec((4,), 5)))
+  obs = 3.0 * jax.random.normal(KEY, (64, 4))
+  logits = net.apply(net.init(KEY, obs), obs).logits
+  assert np.max(np.abs(logits)) < 0.1
+  np.testing.assert_allclose(jax.nn.softmax(logits), 0.2, atol=0.02)
+
+
+def test_policy_value_head_uses_separate_value_features():
+  head = _transform(lambda p, v: networks.PolicyValueHead(3)(p, v))
+  p, v = jnp.ones((2, 4)), jnp.zeros((2, 4))
+  out = head.apply(head.init(KEY, p, v), p, v)
+  # Zero features and zero bias: the value can only be zero if it reads `v`.
+  np.testing.assert_array_equal(out.value, 0.0)
+  assert np.any(out.logits != 0.0)
+
+
+def test_preprocess_image_scales_uint8_and_moves_channels_last():
+  pixels = _images((2, 4, 6, 5))
+  x = networks.preprocess_image(pixels, channels_first=True)
+  assert x.shape == (2, 6, 5, 4) and x.dtype == jnp.float32
+  np.testing.assert_allclose(x, np.transpose(np.asarray(pixels), (0, 2, 3, 1)) / 255.0,
+                             rtol=1e-6)
+  # Float inputs are taken as already scaled.
+  floats = jnp.full((1, 3, 3, 2), 7.0)
+  np.testing.assert_array_equal(networks.preprocess_image(floats, channels_first=False), 7.0)
+
+
+# The image handling is shared, so the cheaper torso covers both (Impala compiles slowly).
+def test_image_torso_scales_uint8_by_255():
+  torso = _transform(lambda x: networks.NatureCNN()(x))
+  pixels = _images((2, 4, 36, 36))
+  params = torso.init(KEY, pixels)
+  np.testing.assert_allclose(torso.apply(params, pixels),
+                             torso.apply(params, pixels.astype(jnp.float32) / 255.0),
+                             rtol=1e-4, atol=1e-4)
+  # Zero biases: a black frame gives exactly zero features.
+  np.testing.assert_array_equal(torso.apply(params, jnp.zeros_like(pixels)), 0.0)
+
+
+def test_image_torso_channels_first_matches_channels_last():
+  first = _transform(lambda x: networks.NatureCNN(channels_first=True)(x))
+  last = _transform(lambda x: networks.NatureCNN(channels_first=False)(x))
+  pixels = _images((2, 4, 36, 36))
+  params = first.init(KEY, pixels)
+  np.testing.assert_allclose(first.apply(params, pixels),
+                             last.apply(params, jnp.transpose(pixels, (0, 2, 3, 1))),
+                             rtol=1e-4, atol=1e-4)
+
+
+def test_dueling_head_mean_advantage_identity():
+  def fn(x):
+    head = networks.DuelingHead(4, hidden_sizes=(8,))
+    return head(x), head.streams(x)
+  net = _transform(fn)
+  x = jax.random.normal(KEY, (3, 5))
+  params = net.init(KEY, x)
+  q, (value, advantages) = net.apply(params, x)
+  assert q.shape == (3, 4) and value.shape == (3,)
+  np.testing.assert_allclose(q.mean(axis=-1), value, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+      q, value[:, None] + advantages - advantages.mean(-1, keepdims=True), atol=1e-5)
+  assert len(params) == 4  # Two layers per stream; `streams` shares them with `__call__`.
+
+
+def _unroll(inputs, reset):
+  core = networks.LSTMCore(8)
+  return core.unroll(inputs, core.initial_state(inputs.shape[1]), reset)
+
+
+def _step_loop(inputs, reset):
+  core = networks.LSTMCore(8)
+  state = core.initial_state(inputs.shape[1])
+  outputs = []
+  for t in range(inputs.shape[0]):
+    out, state = core(inputs[t], state, reset[t])
+    outputs.append(out)
+  return jnp.stack(outputs), state
+
+
+def test_lstm_unroll_equals_loop_of_steps():
+  t, b = 5, 3
+  inputs = jax.random.normal(KEY, (t, b, 4))
+  reset = jnp.zeros((t, b), bool).at[2, 0].set(True).at[4, 1].set(True)
+  unroll, loop = _transform(_unroll), _transform(_step_loop)
+  params = unroll.init(KEY, inputs, reset)
+  assert jax.tree.structure(params) == jax.tree.structure(loop.init(KEY, inputs, reset))
+  (out_u, state_u), (out_l, state_l) = (unroll.apply(params, inputs, reset),
+                                        loop.apply(params, inputs, reset))
+  assert out_u.shape == (t, b, 8)
+  np.testing.assert_allclose(out_u, out_l, rtol=1e-5, atol=1e-5)
+  for u, l in zip(jax.tree.leaves(state_u), jax.tree.leaves(state_l)):
+    np.testing.assert_allclose(u, l, rtol=1e-5, atol=1e-5)
+
+
+def test_lstm_reset_cuts_dependency_on_earlier_inputs():
+  t, b, r = 5, 2, 3
+  inputs = jax.random.normal(KEY, (t, b, 4))
+  reset = jnp.zeros((t, b), bool).at[r, 0].set(True)  # Only env 0 starts an episode.
+  net = _transform(_unroll)
+  params = net.init(KEY, inputs, reset)
+  # d(sum of env e's output at step r) / d(inputs): [B, T, B, F].
+  jac = jax.jit(jax.jacrev(lambda x: net.apply(params, x, reset)[0][r].sum(-1)))(inputs)
+  g0, g1 = jac[0], jac[1]
+  np.testing.assert_array_equal(g0[:r], 0.0)        # Before the reset: no influence.
+  assert np.all(np.abs(g0[r, 0]) > 0)               # The reset step's own input counts.
+  assert np.all(np.abs(g1[:r, 1]).sum(-1) > 0)      # Env 1 was not reset.
+  # The state at the reset step equals a fresh start from the reset step's input.
+  fresh = net.apply(params, inputs[r:], reset[r:])[0]
+  np.testing.assert_allclose(net.apply(params, inputs, reset)[0][r:, 0], fresh[:, 0],
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_lstm_initial_state_shape():
+  net = _transform(lambda: networks.LSTMCore(8).initial_state(3))
+  state = net.apply(net.init(KEY))
+  assert state.hidden.shape == (3, 8) and state.cell.shape == (3, 8)
+
+
+def test_registry_lookup_by_name():
+  for name in ["mlp_actor_critic", "mlp_shared_actor_critic", "atari_actor_critic"]:
+    assert name in registry.networks
+  assert registry.networks.get("MLP_Actor_Critic") is networks.mlp_actor_critic
+  net = registry.build(registry.networks, {"name": "mlp_actor_critic", "hidden_sizes": (16,)},
+                       key="network", spec=_spec((4,), 2))
+  assert isinstance(net, hk.Transformed)
+
+
+def test_unknown_torso_error_names_options():
+  with pytest.raises(ValueError, match=r"Unknown torso 'resnet'.*impala, nature"):
+    networks.atari_actor_critic(spec=_spec((4, 84, 84), 6, np.uint8), torso="resnet")
+  with pytest.raises(ConfigError, match=r"impala, nature"):
+    registry.build(registry.networks, {"name": "atari_actor_critic", "torso": "resnet"},
+                   key="network", spec=_spec((4, 84, 84), 6, np.uint8))
+
+
+def test_unknown_activation_error_names_options():
+  with pytest.raises(ValueError, match=r"'sigmoid'.*relu, tanh"):
+    networks.mlp_actor_critic(spec=_spec((4,), 2), activation="sigmoid")
+
+
+@pytest.mark.parametrize("name", ["mlp_actor_critic", "mlp_shared_actor_critic",
+                                  "atari_actor_critic"])
+def test_continuous_action_spec_is_rejected(name):
+  spec = EnvSpec(observation=ArraySpec((4, 84, 84), np.uint8),
+                 action=ArraySpec((2,), np.float32))
+  with pytest.raises(ValueError, match="discrete action spec"):
+    registry.networks.get(name)(spec=spec)
+
+
+def test_atari_rejects_flat_observations():
+  with pytest.raises(ValueError, match="rank 3"):
+    networks.atari_actor_critic(spec=_spec((4,), 2))
