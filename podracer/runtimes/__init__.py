@@ -1,8 +1,10 @@
 """Runtimes turn an agent and an environment into a running experiment.
 
 anakin: environment in JAX; acting and learning compiled into one replicated program.
+sebulba: environments on the CPU; actor threads on actor devices, learner on the rest.
 """
 
 from podracer.runtimes.anakin import Anakin
+from podracer.runtimes.sebulba import Sebulba
 
-__all__ = ["Anakin"]
+__all__ = ["Anakin", "Sebulba"]

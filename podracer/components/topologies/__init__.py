@@ -8,7 +8,7 @@ and `replica_mean` spans all hosts.
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import jax
 
@@ -41,3 +41,58 @@ class Replicate:
 
   def __repr__(self) -> str:
     return f"Replicate({self.num_devices} x {self.devices[0].platform})"
+
+
+@registry.topologies.register("actor_learner")
+class ActorLearner:
+  """Sebulba's split: actor devices run inference, learner devices run updates.
+
+  Give device indices (`actor_devices`, `learner_devices`) or counts (`num_actors`,
+  `num_learners`). By default one device acts and learns; with N > 1 devices a quarter
+  (at least one) act and the rest learn: 2 actors and 6 learners on 8 devices.
+  """
+
+  def __init__(self, actor_devices: Optional[Sequence[int]] = None,
+               learner_devices: Optional[Sequence[int]] = None,
+               num_actors: Optional[int] = None, num_learners: Optional[int] = None,
+               platform: Optional[str] = None):
+    devices = jax.local_devices(backend=platform) if platform else jax.local_devices()
+    n = len(devices)
+    pick = lambda idx, key: [_device(devices, i, key) for i in idx]
+    if actor_devices is not None or learner_devices is not None:
+      if actor_devices is None or learner_devices is None:
+        raise ConfigError("Give both `topology.actor_devices` and "
+                          "`topology.learner_devices`, or neither.")
+      actors = pick(actor_devices, "topology.actor_devices")
+      learners = pick(learner_devices, "topology.learner_devices")
+    elif n == 1:
+      actors = learners = list(devices)
+    else:
+      num_actors = num_actors or max(1, n // 4)
+      num_learners = num_learners or n - num_actors
+      if num_actors + num_learners > n:
+        raise ConfigError(
+            f"`topology.num_actors` ({num_actors}) + `topology.num_learners` "
+            f"({num_learners}) exceed the {n} devices of this host.")
+      actors = list(devices[:num_actors])
+      learners = list(devices[num_actors:num_actors + num_learners])
+    if not actors or not learners:
+      raise ConfigError("Sebulba needs at least one actor and one learner device.")
+    self.actor_devices: List[jax.Device] = actors
+    self.learner_devices: List[jax.Device] = learners
+
+  @property
+  def num_replicas(self) -> int:
+    return len(self.learner_devices) * jax.process_count()
+
+  def __repr__(self) -> str:
+    ids = lambda ds: ",".join(str(d.id) for d in ds)
+    return f"ActorLearner(actors=[{ids(self.actor_devices)}], " \
+           f"learners=[{ids(self.learner_devices)}])"
+
+
+def _device(devices, index: int, key: str):
+  if not 0 <= index < len(devices):
+    raise ConfigError(f"`{key}` names device {index}, but this host has devices "
+                      f"0..{len(devices) - 1}.")
+  return devices[index]

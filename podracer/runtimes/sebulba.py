@@ -1,0 +1,362 @@
+"""Sebulba (Podracer paper, section 3.2): CPU environments, actor devices, learner devices.
+
+Threads, all started and stopped by `run`:
+  actors   `actor_threads_per_device` per actor device, each with its own batched host
+           environment. While one thread steps its environments the device runs the
+           other's inference. Each accumulates a [T+1, B] trajectory on its device,
+           splits it along B across the learner devices and queues the shards.
+  learner  takes one trajectory at a time, runs `observe` + `updates_per_batch` x
+           `update` pmapped over the learner devices (gradients averaged with
+           `replica_mean`), then pushes the new parameters to every actor device.
+  main     supervises: logs metrics, and stops everything within a second when a thread
+           fails (re-raising its traceback), on Ctrl-C, or when the step budget is spent.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+import time
+import traceback
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer import registry
+from podracer.agent import Agent
+from podracer.errors import ConfigError
+from podracer.runtimes.compile_once import compile_once
+from podracer.types import REPLICA_AXIS, EnvSpec, PyTree, TimeStep, Trajectory, strip_weak_types
+
+_POLL = 0.1  # Seconds between checks of the stop flag in every blocking wait.
+
+
+class ThreadFailure(RuntimeError):
+  """A Sebulba thread raised; the message holds that thread's traceback."""
+
+
+class Batch(NamedTuple):
+  """What an actor thread hands the learner."""
+  shards: PyTree          # Trajectory with a leading learner-device axis, sharded over it
+  params_version: int     # version of the parameters that acted
+  env_steps: int
+  episodes: np.ndarray    # [count, return_sum, length_sum] over finished episodes
+  actor_times: Dict[str, float]
+
+
+class ParamsStore:
+  """The newest parameters, one copy per actor device, with a version number."""
+
+  def __init__(self, devices: List[jax.Device]):
+    self._devices = devices
+    self._lock = threading.Lock()
+    self._params: Dict[jax.Device, PyTree] = {}
+    self.version = -1
+
+  def push(self, params_on_learner: PyTree, version: int) -> None:
+    copies = {d: jax.device_put(params_on_learner, d) for d in self._devices}
+    with self._lock:
+      self._params, self.version = copies, version
+
+  def get(self, device: jax.Device):
+    with self._lock:
+      return self._params[device], self.version
+
+
+@registry.runtimes.register("sebulba")
+class Sebulba:
+  """Actor threads on actor devices feed a learner replicated over learner devices."""
+
+  def __init__(self, env_factory: Callable[..., Any], topology: Any, seed: int,
+               total_env_steps: int, num_envs_per_actor: int = 16,
+               actor_threads_per_device: int = 2, rollout_length: int = 32,
+               updates_per_batch: int = 1, queue_size: int = 2,
+               log_interval: float = 1.0, inject_failure: str = ""):
+    if not hasattr(topology, "actor_devices"):
+      raise ConfigError("Sebulba needs a topology that splits actor and learner devices "
+                        "(`topology.name=actor_learner`).")
+    num_learners = len(topology.learner_devices)
+    if num_envs_per_actor % num_learners:
+      raise ConfigError(
+          f"`runtime.num_envs_per_actor` ({num_envs_per_actor}) must divide evenly over "
+          f"the {num_learners} learner devices.")
+    if inject_failure not in ("", "actor", "learner"):
+      raise ConfigError("`runtime.inject_failure` is '', 'actor' or 'learner'.")
+    self.env_factory = env_factory
+    self.topology = topology
+    self.seed = seed
+    self.num_envs_per_actor = num_envs_per_actor
+    self.actor_threads_per_device = actor_threads_per_device
+    self.rollout_length = rollout_length
+    self.updates_per_batch = updates_per_batch
+    self.queue_size = queue_size
+    self.log_interval = log_interval
+    self.inject_failure = inject_failure
+    self.num_actor_threads = len(topology.actor_devices) * actor_threads_per_device
+    self.steps_per_batch = num_envs_per_actor * rollout_length
+    self.num_batches = max(1, -(-total_env_steps // self.steps_per_batch))
+    self.num_updates = self.num_batches * updates_per_batch
+    # For the logger's progress line: the learner stops after num_batches batches.
+    self.num_calls, self.steps_per_call = self.num_batches, self.steps_per_batch
+    probe = env_factory(num_envs=1, seed=seed)
+    if getattr(probe, "kind", "jax") != "host":
+      raise ConfigError(
+          f"Sebulba steps environments on the CPU; `env.name` selects a JAX environment "
+          f"({type(probe).__name__}). Use an EnvPool, Gymnasium or dm_env environment, "
+          f"or runtime.name=anakin.")
+    self._spec = probe.spec()
+    probe.close()
+    self.agent: Optional[Agent] = None
+
+  @property
+  def spec(self) -> EnvSpec:
+    return self._spec
+
+  def setup(self, agent: Agent) -> None:
+    self.agent = agent
+    learners = self.topology.learner_devices
+    self._init_learner = jax.pmap(
+        lambda key: strip_weak_types(self._init_nets_opt(key)), axis_name=REPLICA_AXIS,
+        devices=learners)
+    self._learn = jax.pmap(compile_once(self._learn_replica, "The Sebulba learner step"),
+                           axis_name=REPLICA_AXIS, devices=learners, donate_argnums=(0,))
+    self._act = jax.jit(agent.act)
+    self._stack_and_split = jax.jit(functools.partial(_stack_and_split, len(learners)))
+
+  def _init_nets_opt(self, key):
+    nets = self.agent.init_nets(key)
+    return nets, self.agent.init_opt(nets)
+
+  def _learn_replica(self, state, trajectory, key):
+    nets, opt, experience = state
+    experience = self.agent.observe(experience, trajectory)
+
+    def one_update(carry, update_key):
+      nets, opt, experience = carry
+      nets, opt, experience, metrics = self.agent.update(nets, opt, experience, update_key)
+      return (nets, opt, experience), metrics
+
+    (nets, opt, experience), metrics = jax.lax.scan(
+        one_update, (nets, opt, experience), jax.random.split(key, self.updates_per_batch))
+    return (nets, opt, experience), jax.lax.pmean(jax.tree.map(jnp.mean, metrics),
+                                                  REPLICA_AXIS)
+
+  # -- threads ---------------------------------------------------------------------
+
+  def run(self, logger) -> Any:
+    stop = threading.Event()
+    failures: List[str] = []
+    batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.queue_size)
+    records: "queue.Queue[Dict[str, float]]" = queue.Queue()
+    store = ParamsStore(self.topology.actor_devices)
+    learner_state = self._start_learner(store)
+
+    def guarded(name, fn, *args):
+      def body():
+        try:
+          fn(*args)
+        except BaseException:  # noqa: B902 -- any failure must stop the whole run.
+          failures.append(f"{name} failed:\n{traceback.format_exc()}")
+          stop.set()
+      return threading.Thread(target=body, name=name, daemon=True)
+
+    threads = [guarded(f"actor-{d.id}-{i}", self._actor_loop, d, i + j * 1000, batches,
+                       store, stop)
+               for j, d in enumerate(self.topology.actor_devices)
+               for i in range(self.actor_threads_per_device)]
+    threads.append(guarded("learner", self._learner_loop, learner_state, batches, store,
+                           records, stop))
+    for t in threads:
+      t.start()
+    try:
+      self._supervise(threads, records, logger, stop)
+    finally:
+      stop.set()
+      deadline = time.monotonic() + 10.0
+      for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+      self._drain(records, logger)
+    alive = [t.name for t in threads if t.is_alive()]
+    if failures:
+      raise ThreadFailure("\n".join(failures))
+    if alive:
+      raise RuntimeError(f"Sebulba threads did not stop: {', '.join(alive)}")
+    return learner_state
+
+  def _supervise(self, threads, records, logger, stop):
+    learner = threads[-1]
+    while not stop.is_set() and learner.is_alive():
+      stop.wait(_POLL)
+      self._drain(records, logger)
+
+  def _drain(self, records, logger):
+    while True:
+      try:
+        record = records.get_nowait()
+      except queue.Empty:
+        return
+      logger.write(record, compile_step=record.pop("first", False))
+
+  def _start_learner(self, store: ParamsStore):
+    n = len(self.topology.learner_devices)
+    nets_key = np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n)
+    nets, opt = self._init_learner(nets_key)
+    store.push(_first_replica(nets), version=0)
+    return [nets, opt, None]
+
+  def _actor_loop(self, device, index, batches, store, stop):
+    agent = self.agent
+    key = jax.device_put(jax.random.PRNGKey(self.seed * 7919 + 1 + index), device)
+    env = self.env_factory(num_envs=self.num_envs_per_actor,
+                           seed=self.seed * 10_000 + index)
+    try:
+      key, init_key = jax.random.split(key)
+      actor_state = jax.device_put(agent.init_actor(init_key, self.num_envs_per_actor),
+                                   device)
+      timestep, _ = env.reset()
+      pending = None
+      queue_wait = 0.0
+      while not stop.is_set():
+        start = time.perf_counter()
+        params, version = store.get(device)
+        # Queue waits are reported with the next batch: this one is already handed over.
+        times = dict(actor_wait_params=time.perf_counter() - start, actor_env=0.0,
+                     actor_inference=0.0, actor_wait_queue=queue_wait)
+        if pending is None:
+          key, act_key = jax.random.split(key)
+          out, next_state = self._act(params, actor_state, timestep, act_key)
+          pending = Trajectory(timestep, actor_state, out.action, out.extras)
+          actor_state = next_state
+        entries = []
+        episodes = np.zeros(3)
+        for _ in range(self.rollout_length):
+          if stop.is_set():
+            return
+          t0 = time.perf_counter()
+          action = np.asarray(pending.action)  # Waits for this thread's inference.
+          t1 = time.perf_counter()
+          timestep, stats = env.step(action)
+          t2 = time.perf_counter()
+          if self.inject_failure == "actor":
+            raise RuntimeError("injected actor failure (runtime.inject_failure=actor)")
+          done = np.asarray(stats.done, bool)
+          episodes += [done.sum(), np.asarray(stats.episode_return)[done].sum(),
+                       np.asarray(stats.episode_length)[done].sum()]
+          key, act_key = jax.random.split(key)
+          out, next_state = self._act(params, actor_state, timestep, act_key)
+          entries.append(pending)
+          pending = Trajectory(timestep, actor_state, out.action, out.extras)
+          actor_state = next_state
+          times["actor_inference"] += t1 - t0
+          times["actor_env"] += t2 - t1
+        shards = self._shard_for_learners(self._stack_and_split(entries + [pending]))
+        start = time.perf_counter()
+        batch = Batch(shards, version, self.steps_per_batch, episodes, times)
+        while not stop.is_set():
+          try:
+            batches.put(batch, timeout=_POLL)
+            break
+          except queue.Full:
+            continue
+        queue_wait = time.perf_counter() - start
+    finally:
+      env.close()
+
+  def _shard_for_learners(self, split: PyTree) -> PyTree:
+    """[L, ...] on the actor device -> one array sharded over the learner devices."""
+    learners = self.topology.learner_devices
+    mesh = jax.sharding.Mesh(np.array(learners), (REPLICA_AXIS,))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(REPLICA_AXIS))
+
+    def shard(x):
+      pieces = [jax.device_put(x[i:i + 1], d) for i, d in enumerate(learners)]
+      return jax.make_array_from_single_device_arrays(x.shape, sharding, pieces)
+
+    return jax.tree.map(shard, split)
+
+  def _learner_loop(self, state, batches, store, records, stop):
+    nets, opt, experience = state
+    key = jax.random.PRNGKey(self.seed + 1)
+    n = len(self.topology.learner_devices)
+    window_start = time.perf_counter()
+    window = dict(steps=0, episodes=np.zeros(3), wait=0.0, update=0.0, lag=0.0, batches=0,
+                  actor=dict())
+    for batch_index in range(self.num_batches):
+      start = time.perf_counter()
+      batch = None
+      while batch is None:
+        if stop.is_set():
+          return
+        try:
+          batch = batches.get(timeout=_POLL)
+        except queue.Empty:
+          pass
+      waited = time.perf_counter() - start
+      if experience is None:  # The first trajectory fixes the experience's shapes.
+        experience = self._init_experience(batch.shards)
+      if self.inject_failure == "learner":
+        raise RuntimeError("injected learner failure (runtime.inject_failure=learner)")
+      key, learn_key = jax.random.split(key)
+      learn_keys = np.stack([np.asarray(k) for k in jax.random.split(learn_key, n)])
+      start = time.perf_counter()
+      (nets, opt, experience), metrics = self._learn((nets, opt, experience), batch.shards,
+                                                     learn_keys)
+      version = batch_index + 1
+      store.push(_first_replica(nets), version)
+      metrics = jax.device_get(jax.tree.map(lambda x: x[0], metrics))
+      update_time = time.perf_counter() - start
+      state[:] = [nets, opt, experience]
+
+      window["steps"] += batch.env_steps
+      window["episodes"] += batch.episodes
+      window["wait"] += waited
+      window["update"] += update_time
+      window["lag"] += (version - 1) - batch.params_version
+      window["batches"] += 1
+      for k, v in batch.actor_times.items():
+        window["actor"][k] = window["actor"].get(k, 0.0) + v
+      now = time.perf_counter()
+      last = batch_index == self.num_batches - 1
+      if now - window_start >= self.log_interval or last or batch_index == 0:
+        b = window["batches"]
+        record = dict(env_steps=(batch_index + 1) * self.steps_per_batch,
+                      updates=version * self.updates_per_batch,
+                      sps=window["steps"] / (now - window_start),
+                      learner_update_time=window["update"] / b,
+                      learner_wait_time=window["wait"] / b,
+                      queue_depth=batches.qsize(), policy_lag=window["lag"] / b)
+        record.update({k: v / b for k, v in window["actor"].items()})
+        count, return_sum, length_sum = window["episodes"]
+        if count:
+          record.update(episode_return=return_sum / count,
+                        episode_length=length_sum / count, episodes=count)
+        record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+        record["first"] = batch_index == 0
+        records.put(record)
+        window_start = now
+        window = dict(steps=0, episodes=np.zeros(3), wait=0.0, update=0.0, lag=0.0,
+                      batches=0, actor=dict())
+    stop.set()
+
+  def _init_experience(self, shards):
+    spec = jax.eval_shape(lambda s: jax.tree.map(lambda x: x[0], s), shards)
+    init = jax.pmap(lambda _: self.agent.init_experience(spec), axis_name=REPLICA_AXIS,
+                    devices=self.topology.learner_devices)
+    return strip_weak_types(init(np.zeros(len(self.topology.learner_devices))))
+
+
+def _stack_and_split(num_learners: int, entries: List[Trajectory]) -> Trajectory:
+  """T+1 entries of [B, ...] -> a [L, T+1, B/L, ...] trajectory, one slice per learner."""
+  def stack(*xs):
+    x = jnp.stack(xs)
+    x = x.reshape(x.shape[0], num_learners, -1, *x.shape[2:])
+    return jnp.moveaxis(x, 1, 0)
+  return jax.tree.map(stack, *entries)
+
+
+def _first_replica(tree: PyTree) -> PyTree:
+  """Replica 0's copy of pmapped output, still on its learner device."""
+  return jax.tree.map(lambda x: x.addressable_shards[0].data[0], tree)
