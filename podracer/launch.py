@@ -79,6 +79,10 @@ def main(argv):
     if _DEBUG.value:
       raise
     _fail(str(e))
+  except KeyboardInterrupt:
+    # Runtimes stop their threads and environments before this propagates.
+    sys.stderr.write("Interrupted; all threads and environments were stopped.\n")
+    sys.exit(130)
 
 
 def entry_point():
