@@ -1,10 +1,22 @@
-"""Environments written in JAX; importing this package registers them by name."""
+"""Environments; importing this package registers them by name.
+
+JAX environments (`Environment`, batched by `VectorEnv`) run inside compiled programs;
+host environments (`HostEnvironment`: EnvPool, Gymnasium, dm_env) step on the CPU for
+the Sebulba runtime. EnvPool and Gymnasium are imported only when such an environment
+is built.
+"""
 
 from podracer.components.environments.base import (Environment, VectorEnv, VectorEnvState,
                                                    restart, transition)
 from podracer.components.environments.cartpole import CartPole
 from podracer.components.environments.catch import Catch
+from podracer.components.environments.dm_env_adapter import CatchDmEnv, DmEnv
+from podracer.components.environments.envpool_env import EnvPool
+from podracer.components.environments.gymnasium_env import Gymnasium
 from podracer.components.environments.gymnax_adapter import Gymnax
+from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
+                                                   episode_stats)
 
 __all__ = ["Environment", "VectorEnv", "VectorEnvState", "restart", "transition",
-           "CartPole", "Catch", "Gymnax"]
+           "CartPole", "Catch", "Gymnax", "HostEnvironment", "EpisodeTracker",
+           "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv"]

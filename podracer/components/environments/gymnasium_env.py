@@ -1,0 +1,156 @@
+"""Gymnasium environments as a `HostEnvironment`, each in its own subprocess by default.
+
+Gymnasium >= 1.0 vector environments reset in NEXT_STEP mode: the step after
+`terminated` or `truncated` returns the reset observation (reward 0) and ignores its
+action, which is our FIRST step. `terminated` becomes LAST with discount 0, `truncated`
+LAST with discount 1.
+
+Subprocesses are started with `spawn` (a forked copy of a process running JAX's threads
+can deadlock) and hide every accelerator before they build their environment, so N
+environment workers never grab, or start a runtime on, the GPU or TPU that the learner
+uses. As with any `spawn`, a script that builds this environment must guard its entry
+point with `if __name__ == "__main__":`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Tuple
+
+import numpy as np
+
+from podracer import registry
+from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
+                                                   env_seeds, host_timestep)
+from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, StepType,
+                            TimeStep)
+
+# What an environment subprocess sets before it builds its environment.
+SUBPROCESS_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def env_factory(env_id: str, env_kwargs: dict, parent_pid: int):
+  """A picklable `gymnasium.make` that hides accelerators when run in a subprocess."""
+  env_vars = dict(SUBPROCESS_ENV)
+
+  # Nested, so cloudpickle (which Gymnasium uses) sends it by value: a worker then imports
+  # gymnasium and its environment only, not podracer and JAX.
+  def make():
+    import os  # pylint: disable=g-import-not-at-top,reimported,redefined-outer-name
+    import sys  # pylint: disable=g-import-not-at-top,reimported,redefined-outer-name
+    # Gymnasium also calls this once in the parent, to read the spaces: leave that alone.
+    if os.getpid() != parent_pid:
+      os.environ.update(env_vars)
+      # A spawned worker re-imports the parent's main module, which may import JAX, and
+      # JAX reads JAX_PLATFORMS on import; no backend has started, so the flag still works.
+      jax = sys.modules.get("jax")
+      if jax is not None:
+        jax.config.update("jax_platforms", env_vars["JAX_PLATFORMS"])
+    import gymnasium  # pylint: disable=g-import-not-at-top
+    return gymnasium.make(env_id, **env_kwargs)
+
+  return make
+
+
+@registry.environments.register("gymnasium")
+class Gymnasium(HostEnvironment):
+  """`num_envs` copies of `gymnasium.make(env_id, **env_kwargs)`.
+
+  `env_id` is a registered id ("CartPole-v1", "module:Env-v0") or a Gymnasium EnvSpec.
+
+  `asynchronous=True` steps them in parallel subprocesses (AsyncVectorEnv, started with
+  `mp_context`); `False` steps them one after another in this process (SyncVectorEnv),
+  which is cheaper for fast environments.
+  """
+
+  def __init__(self, env_id: str, num_envs: int, seed: int = 0, asynchronous: bool = True,
+               mp_context: str = "spawn", **env_kwargs: Any):
+    super().__init__(num_envs, seed)
+    try:
+      import gymnasium  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+      raise ImportError(f"The 'gymnasium' environment ({env_id}) needs Gymnasium: "
+                        f"pip install gymnasium ({e})") from e
+    self.env_id = env_id
+    self.asynchronous = bool(asynchronous)
+    fns = [env_factory(env_id, dict(env_kwargs), os.getpid())] * self.num_envs
+    kwargs = {}
+    mode = getattr(gymnasium.vector, "AutoresetMode", None)
+    if mode is not None:  # Gymnasium 1.0 has no option: NEXT_STEP is its only mode.
+      kwargs["autoreset_mode"] = mode.NEXT_STEP
+    if self.asynchronous:
+      self._env = gymnasium.vector.AsyncVectorEnv(fns, context=mp_context, **kwargs)
+    else:
+      self._env = gymnasium.vector.SyncVectorEnv(fns, **kwargs)
+    if mode is not None and self._env.metadata.get("autoreset_mode") != mode.NEXT_STEP:
+      self.close()
+      raise RuntimeError(f"Gymnasium built a vector env for {env_id} that does not reset "
+                         "in NEXT_STEP mode, which podracer's step convention needs.")
+    self._spec = EnvSpec(observation=_observation_spec(self._env.single_observation_space),
+                         action=_action_spec(self._env.single_action_space))
+    space = self._env.single_action_space
+    self._action_offset = int(getattr(space, "start", 0)) if hasattr(space, "n") else 0
+    self._tracker = EpisodeTracker(self.num_envs)
+    self._last = np.zeros(self.num_envs, np.bool_)
+    self._seeded = False
+    self._started = False
+
+  def spec(self) -> EnvSpec:
+    return self._spec
+
+  def reset(self) -> Tuple[TimeStep, EpisodeStats]:
+    # Seed once: seeding every reset would replay the same episodes.
+    seed = None if self._seeded else [int(s) for s in env_seeds(self.seed, self.num_envs)]
+    observation, _ = self._env.reset(seed=seed)
+    self._seeded = self._started = True
+    self._last = np.zeros(self.num_envs, np.bool_)
+    n = self.num_envs
+    timestep = host_timestep(np.full(n, StepType.FIRST), np.zeros(n), np.ones(n),
+                             observation)
+    return timestep, self._tracker.reset()
+
+  def step(self, action: np.ndarray) -> Tuple[TimeStep, EpisodeStats]:
+    if not self._started:
+      raise RuntimeError("Call reset() before the first step() of a Gymnasium environment.")
+    action = self._check_action(action)
+    if self._action_offset:
+      action = action + self._action_offset
+    observation, reward, terminated, truncated, _ = self._env.step(action)
+    first = self._last
+    last = ~first & (np.asarray(terminated, bool) | np.asarray(truncated, bool))
+    step_type = np.where(first, StepType.FIRST, np.where(last, StepType.LAST, StepType.MID))
+    reward = np.where(first, 0.0, reward)
+    discount = np.where(last & np.asarray(terminated, bool), 0.0, 1.0)
+    self._last = last
+    timestep = host_timestep(step_type, reward, discount, observation)
+    return timestep, self._tracker.update(step_type, reward, last)
+
+  def close(self) -> None:
+    env, self._env = getattr(self, "_env", None), None
+    if env is not None:
+      env.close()
+
+  def __repr__(self) -> str:
+    return (f"Gymnasium({self.env_id!r}, num_envs={self.num_envs}, "
+            f"asynchronous={self.asynchronous})")
+
+
+def _observation_spec(space, name: str = "observation") -> Any:
+  from gymnasium import spaces  # pylint: disable=g-import-not-at-top
+  if isinstance(space, spaces.Dict):
+    return {k: _observation_spec(s, k) for k, s in space.spaces.items()}
+  if isinstance(space, spaces.Tuple):
+    return tuple(_observation_spec(s, f"{name}_{i}") for i, s in enumerate(space.spaces))
+  if space.shape is None:
+    raise NotImplementedError(f"Gymnasium observation space {space} has no fixed shape.")
+  return ArraySpec(tuple(space.shape), np.dtype(space.dtype), name)
+
+
+def _action_spec(space) -> Any:
+  from gymnasium import spaces  # pylint: disable=g-import-not-at-top
+  if isinstance(space, spaces.Discrete):
+    return DiscreteSpec(int(space.n))
+  if isinstance(space, spaces.Box):
+    return ArraySpec(tuple(space.shape), np.dtype(space.dtype), "action")
+  raise NotImplementedError(f"Gymnasium action space {space} is neither Discrete nor "
+                            "Box; podracer agents take one discrete or continuous action.")

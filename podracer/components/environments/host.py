@@ -1,0 +1,114 @@
+"""Batches of environments stepped on the CPU from Python: what the Sebulba runtime steps.
+
+A `HostEnvironment` holds `num_envs` environments and follows the same convention as
+`VectorEnv`, in numpy instead of JAX: `reset()` returns FIRST timesteps, every `step`
+returns a `TimeStep` of [B] arrays (step_type int32, reward float32, discount float32,
+observation [B, ...] in the environment's dtype) and `EpisodeStats`. After a LAST step
+the next step returns FIRST, with reward 0 and discount 1, and ignores its action.
+A terminated episode ends with discount 0, a truncated one (time limit) with discount 1.
+
+Episode statistics are true episode totals: for Atari with reward clipping and episodic
+life they sum the unclipped rewards over the whole game, not over one life.
+
+Each Sebulba actor thread builds its own instance with its own `seed`; the adapters derive
+distinct per-environment seeds from it with `env_seeds`, so consecutive actor seeds do
+not share environments (EnvPool and Gymnasium would otherwise seed env i with seed + i).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Tuple
+
+import numpy as np
+
+from podracer.types import EnvSpec, EpisodeStats, PyTree, StepType, TimeStep
+
+
+class HostEnvironment(abc.ABC):
+  """`num_envs` CPU environments behind one batched, auto-resetting interface."""
+
+  # Runtimes check this: Sebulba steps `host` environments, Anakin compiles `jax` ones.
+  kind = "host"
+
+  def __init__(self, num_envs: int, seed: int = 0):
+    if int(num_envs) < 1:
+      raise ValueError(f"num_envs must be at least 1, got {num_envs}.")
+    self.num_envs = int(num_envs)
+    self.seed = int(seed)
+
+  @abc.abstractmethod
+  def spec(self) -> EnvSpec:
+    """Observation and action specs of a single environment."""
+
+  @abc.abstractmethod
+  def reset(self) -> Tuple[TimeStep, EpisodeStats]:
+    """Starts a new episode in every environment: all FIRST, statistics zero."""
+
+  @abc.abstractmethod
+  def step(self, action: np.ndarray) -> Tuple[TimeStep, EpisodeStats]:
+    """Steps every environment with `action` [B]; see the module docstring."""
+
+  def close(self) -> None:
+    """Releases threads, subprocesses and simulators; safe to call twice."""
+
+  def __enter__(self) -> "HostEnvironment":
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
+
+  def _check_action(self, action) -> np.ndarray:
+    action = np.asarray(action)
+    if action.ndim == 0 or action.shape[0] != self.num_envs:
+      raise ValueError(f"{type(self).__name__} steps {self.num_envs} environments and "
+                       f"needs one action each, got an action of shape {action.shape}.")
+    return action
+
+
+def env_seeds(seed: int, num_envs: int) -> np.ndarray:
+  """Distinct int32 seeds for `num_envs` environments, decorrelated across `seed`s."""
+  state = np.random.SeedSequence(int(seed) % 2**64).generate_state(num_envs, np.uint32)
+  return (state % np.uint32(2**31 - 1)).astype(np.int64)
+
+
+def host_timestep(step_type, reward, discount, observation: PyTree) -> TimeStep:
+  """A numpy `TimeStep` with the dtypes every runtime expects."""
+  return TimeStep(step_type=np.asarray(step_type, np.int32),
+                  reward=np.asarray(reward, np.float32),
+                  discount=np.asarray(discount, np.float32),
+                  observation=observation)
+
+
+def episode_stats(done, episode_return, episode_length) -> EpisodeStats:
+  """`EpisodeStats` from numpy arrays: bool, float32 and int32 [B]."""
+  return EpisodeStats(done=np.asarray(done, np.bool_),
+                      episode_return=np.asarray(episode_return, np.float32),
+                      episode_length=np.asarray(episode_length, np.int32))
+
+
+class EpisodeTracker:
+  """Running episode totals with `VectorEnv`'s semantics, for host environments.
+
+  `update` takes, per environment, the step type, the true (unclipped) reward and whether
+  the true episode ended at this step (a LAST step that is not just a lost life). Totals
+  restart on the step after a true end; FIRST steps add nothing, since their action was
+  ignored, so a game played over several lives has the length and return of the game.
+  """
+
+  def __init__(self, num_envs: int):
+    self.num_envs = num_envs
+    self.reset()
+
+  def reset(self) -> EpisodeStats:
+    self._return = np.zeros(self.num_envs, np.float64)
+    self._length = np.zeros(self.num_envs, np.int64)
+    self._ended = np.zeros(self.num_envs, np.bool_)
+    return episode_stats(self._ended, self._return, self._length)
+
+  def update(self, step_type, reward, done) -> EpisodeStats:
+    counted = np.asarray(step_type) != StepType.FIRST
+    self._return = np.where(self._ended, 0.0, self._return) + np.where(counted, reward, 0.0)
+    self._length = np.where(self._ended, 0, self._length) + counted
+    self._ended = np.asarray(done, np.bool_)
+    return episode_stats(self._ended, self._return, self._length)
