@@ -1,0 +1,73 @@
+"""Installs podracer.
+
+Two install lanes, each with a lock file used as pip constraints (see scripts/setup_env.sh):
+
+  default: pip install -c requirements/default.txt -e ".[test]"           (Python >= 3.11)
+  reverb:  pip install -c requirements/reverb.txt -e ".[reverb,test]"     (Python 3.11 only)
+
+The lower bounds below admit both lanes: the reverb lane holds JAX at 0.4.34 (the last
+JAX that shares a numpy < 2 / TensorFlow 2.15 world with dm-reverb 0.14), the default lane
+takes current JAX.
+"""
+
+import os
+import re
+
+from setuptools import find_packages, setup
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _version():
+  with open(os.path.join(_HERE, "podracer", "__init__.py"), encoding="utf-8") as f:
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+  if not match:
+    raise RuntimeError("podracer/__init__.py does not define __version__")
+  return match.group(1)
+
+
+INSTALL_REQUIRES = [
+    "absl-py>=1.4",
+    "chex>=0.1.87",
+    "dm-env>=1.6",
+    "dm-haiku>=0.0.13",
+    "dm-tree>=0.1.8",
+    "envpool>=1.2.5",
+    "jax>=0.4.34",
+    "jaxlib>=0.4.34",
+    "matplotlib>=3.8",
+    "ml-collections>=0.1.1",
+    "numpy>=1.26",
+    "optax>=0.2.3",
+    "rlax>=0.1.7",
+]
+
+EXTRAS_REQUIRE = {
+    # Reverb (replay over gRPC). dm-reverb 0.14 ships wheels for CPython 3.11 only and needs
+    # TensorFlow 2.15, hence numpy < 2 and the older JAX stack pinned here.
+    "reverb": [
+        'dm-reverb[tensorflow]==0.14.0; python_version == "3.11"',
+        "jax==0.4.34",
+        "jaxlib==0.4.34",
+        "dm-haiku==0.0.13",
+        "ml-dtypes==0.3.2",
+        "numpy<2",
+        "rlax==0.1.7",
+        # Newest releases that still support JAX 0.4.34 (keeps the resolver from backtracking).
+        "chex<0.1.91",
+        "optax<0.2.6",
+    ],
+    "test": ["pytest", "gymnasium"],
+    "gymnasium": ["gymnasium"],
+}
+
+setup(
+    name="podracer",
+    version=_version(),
+    description="The Podracer architectures (Anakin, Sebulba) as a pluggable JAX framework.",
+    packages=find_packages(include=["podracer", "podracer.*", "agents", "agents.*"]),
+    python_requires=">=3.11",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={"console_scripts": ["podracer-launch = podracer.launch:entry_point"]},
+)
