@@ -80,8 +80,10 @@ choose_python() {
   if [[ "$LANE" == reverb ]]; then
     cat >&2 <<'EOF'
 setup_env: reverb lane: needs CPython 3.11 as `python3.11` (dm-reverb 0.14 has wheels for 3.11 only).
-  Get it with one of:  pyenv install 3.11 && pyenv global system 3.11   |   uv python install 3.11
-  (then make sure `python3.11` is on PATH)   |   apt-get install python3.11 python3.11-venv
+  Get it with one of:
+    apt-get install python3.11 python3.11-venv      (Debian 12 / Ubuntu 22.04+)
+    pyenv install 3.11 && pyenv global 3.11         (or add 3.11 to your pyenv global list)
+    uv python install 3.11                          (then put its python3.11 on PATH)
   or point PODRACER_PYTHON at a Python 3.11 interpreter.
 EOF
   else

@@ -50,7 +50,7 @@ for lane in "${LANE_LIST[@]}"; do
   t0=$SECONDS
   if bash scripts/setup_env.sh "$lane"; then
     setup_s=$((SECONDS - t0))
-    echo "---- $lane: setup took ${setup_s}s; running: python -m pytest ${TARGETS[*]} -q -ra $*"
+    echo "---- $lane: setup took ${setup_s}s; running: python -m pytest ${TARGETS[*]:+${TARGETS[*]} }-q -ra $*"
     t1=$SECONDS
     log="$LOG_DIR/$lane.log"
     PODRACER_LANE="$lane" "$venv/bin/python" -m pytest "${TARGETS[@]}" -q -ra "$@" 2>&1 | tee "$log"
