@@ -1,3 +1,4 @@
 """Agents that ship with podracer; importing this registers them."""
 
+from agents import impala  # noqa: F401
 from agents import ppo  # noqa: F401

@@ -5,6 +5,8 @@ from podracer.components.losses.actor_critic import (PolicyGradientBatch, PPOLos
                                                      categorical_log_prob,
                                                      generalized_advantages, normalize,
                                                      transition_mask)
+from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_batch
 
 __all__ = ["PolicyGradientBatch", "PPOLoss", "categorical_entropy", "categorical_log_prob",
-           "generalized_advantages", "normalize", "transition_mask"]
+           "generalized_advantages", "normalize", "transition_mask", "VTraceBatch",
+           "VTraceLoss", "vtrace_batch"]

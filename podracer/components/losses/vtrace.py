@@ -1,0 +1,95 @@
+"""IMPALA's V-trace actor-critic loss (Espeholt et al., 2018) on time-major sequences.
+
+Unlike PPO's flat batch, V-trace needs whole sequences: its value targets are an
+off-policy corrected n-step return computed backwards in time. Trajectories follow
+dm_env's convention (see `podracer.types` and `actor_critic`): transition t takes s_t
+with a_t to s_{t+1}, whose entry carries r_{t+1} and d_{t+1}.
+
+Episode boundaries inside a sequence (rlax's recursion knows nothing of them):
+  * a terminated episode (LAST, d=0) does not bootstrap: its discount is 0;
+  * a truncated episode (LAST, d=1) bootstraps from V(s_LAST): its discount stays;
+  * the transition out of a LAST step is a reset, not a transition: it is masked out,
+    with discount 0, and the trace is cut before it (per-step lambda = 0 at t when
+    s_{t+1} is LAST), so neither its error nor the next episode leaks backwards.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Tuple
+
+import jax
+import jax.numpy as jnp
+import rlax
+
+from podracer import registry
+from podracer.components.losses.actor_critic import (Metrics, _masked_mean,
+                                                     categorical_entropy,
+                                                     categorical_log_prob, transition_mask)
+from podracer.types import TimeStep
+
+
+class VTraceBatch(NamedTuple):
+  """The sequence a V-trace loss sees; every field is time-major [T, B]."""
+  behaviour_log_prob: jax.Array  # log mu(a_t|s_t) of the policy that acted
+  action: jax.Array
+  reward: jax.Array    # r_{t+1}, 0 where masked
+  discount: jax.Array  # gamma * d_{t+1} * mask_t
+  mask: jax.Array      # 1 for real transitions, 0 for the step after LAST
+
+
+def vtrace_batch(timestep: TimeStep, action: jax.Array, behaviour_log_prob: jax.Array,
+                 *, discount: float) -> VTraceBatch:
+  """The [T, B] batch of a [T+1, B] trajectory (dm_env convention, as in `types`)."""
+  mask = transition_mask(timestep)
+  return VTraceBatch(behaviour_log_prob=behaviour_log_prob[:-1], action=action[:-1],
+                     reward=timestep.reward[1:] * mask,
+                     discount=discount * timestep.discount[1:] * mask, mask=mask)
+
+
+@registry.losses.register("vtrace")
+class VTraceLoss:
+  """Policy gradient with V-trace advantages, a V-trace baseline loss and entropy bonus.
+
+  L = -E[log pi(a|s) A_pg] + c_b E[(v_s - V(s))^2] / 2 - c_H E[H(pi)], expectations
+  over unmasked transitions, with v_s and A_pg = clip(rho, rho_pg) (r + gamma v_{s+1} -
+  V(s)) from `rlax.vtrace_td_error_and_advantage` and held constant. Called as
+  `loss(logits [T, B, A], values [T+1, B], batch)`; values[T] is the bootstrap.
+  """
+
+  def __init__(self, baseline_coef: float = 0.5, entropy_coef: float = 0.01,
+               clip_rho_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
+               lambda_: float = 1.0):
+    self.baseline_coef = baseline_coef
+    self.entropy_coef = entropy_coef
+    self.clip_rho_threshold = clip_rho_threshold
+    self.clip_pg_rho_threshold = clip_pg_rho_threshold
+    self.lambda_ = lambda_
+
+  def __call__(self, logits: jax.Array, values: jax.Array,
+               batch: VTraceBatch) -> Tuple[jax.Array, Metrics]:
+    mask = batch.mask
+    log_prob = categorical_log_prob(logits, batch.action)
+    rho = jnp.exp(jax.lax.stop_gradient(log_prob) - batch.behaviour_log_prob)
+    # mask[t+1] = 0 exactly where s_{t+1} is LAST: cut the trace before the reset
+    # transition. The last step's lambda is unused by rlax (it bootstraps from values[T]).
+    lambda_t = self.lambda_ * jnp.concatenate([mask[1:], jnp.ones_like(mask[:1])])
+    # rlax 0.1.7 and 0.1.9 agree on these arguments (0.1.9 adds `sample_mask`, unused).
+    vtrace = jax.vmap(
+        lambda v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_:
+        rlax.vtrace_td_error_and_advantage(
+            v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_,
+            clip_rho_threshold=self.clip_rho_threshold,
+            clip_pg_rho_threshold=self.clip_pg_rho_threshold),
+        in_axes=1, out_axes=1)
+    v_tm1, v_t = values[:-1], values[1:]
+    out = vtrace(jax.lax.stop_gradient(v_tm1), jax.lax.stop_gradient(v_t), batch.reward,
+                 batch.discount, rho, lambda_t)
+    value_target = jax.lax.stop_gradient(out.errors + v_tm1)
+    pg_advantage = jax.lax.stop_gradient(out.pg_advantage)
+
+    policy_loss = -_masked_mean(log_prob * pg_advantage, mask)
+    value_loss = 0.5 * _masked_mean(jnp.square(value_target - v_tm1), mask)
+    entropy = _masked_mean(categorical_entropy(logits), mask)
+    loss = policy_loss + self.baseline_coef * value_loss - self.entropy_coef * entropy
+    return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
+                      rho=_masked_mean(rho, mask))
