@@ -1,6 +1,7 @@
 """Assembles registered components into a runnable experiment from one ConfigDict.
 
-A config has `seed`, `total_env_steps` and one section per component, each naming a
+A config has `seed`, `total_env_steps` (optionally `stop_at_return`, to end the run once
+the mean episode return reaches it) and one section per component, each naming a
 registered component and giving its keyword arguments:
 
     env.name        -> registry.environments      runtime.name  -> registry.runtimes
@@ -14,7 +15,6 @@ The agent's constructor says which components it needs (its `network`, `loss`,
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 from typing import Any, Dict, Optional, TextIO
@@ -49,12 +49,31 @@ class Experiment:
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
           print_interval: float = 1.0) -> Dict[str, Any]:
     logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
-                           total_env_steps=self.runtime.num_calls * self.runtime.steps_per_call)
+                           total_env_steps=self.runtime.num_calls * self.runtime.steps_per_call,
+                           stop_at_return=self.config.get("stop_at_return"))
     try:
       self.runtime.run(logger)
     finally:
       logger.close(title=_title(self.config))
     return dict(logger.summary(), records=logger.records)
+
+
+class EnvironmentFactory:
+  """Builds `config.env`; the runtime adds its own arguments (Sebulba: num_envs, seed).
+
+  `kind` is the registered environment's declared kind ('jax' or 'host'), or None for a
+  factory function that does not declare one, so a runtime can refuse an environment it
+  cannot run before building it with arguments it does not take.
+  """
+
+  def __init__(self, section: Any):
+    self.section = section
+    name = section.get("name") if hasattr(section, "get") else None
+    factory = registry.environments.get(name, key="env.name") if name else None
+    self.kind: Optional[str] = getattr(factory, "kind", None)
+
+  def __call__(self, **runtime_kwargs: Any) -> Any:
+    return registry.build(registry.environments, self.section, key="env", **runtime_kwargs)
 
 
 def _title(config: Any) -> str:
@@ -71,6 +90,9 @@ def _check_required(config: Any) -> None:
   if not isinstance(config.total_env_steps, int) or config.total_env_steps <= 0:
     raise ConfigError(f"Config key `total_env_steps` must be a positive integer, got "
                       f"{config.total_env_steps!r}.")
+  target = config.get("stop_at_return")
+  if target is not None and not isinstance(target, (int, float)):
+    raise ConfigError(f"Config key `stop_at_return` must be a number, got {target!r}.")
 
 
 def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
@@ -99,8 +121,7 @@ def build(config: Any) -> Experiment:
   register_builtin_components()
   _check_required(config)
   topology = registry.build(registry.topologies, config.topology, key="topology")
-  env_factory = functools.partial(registry.build, registry.environments, config.env,
-                                  key="env")
+  env_factory = EnvironmentFactory(config.env)
   runtime = registry.build(registry.runtimes, config.runtime, key="runtime",
                            env_factory=env_factory, topology=topology, seed=config.seed,
                            total_env_steps=config.total_env_steps)

@@ -18,14 +18,19 @@ class MetricsLogger:
 
   Records need `env_steps`; `sps` and `episode_return` are shown when present. Lines
   are printed at most every `print_interval` seconds (every record is still written).
+  With `stop_at_return`, `target_reached` turns true once a record's mean episode return
+  reaches it; runtimes check it after each record and stop early.
   """
 
   def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
-               print_interval: float = 1.0, total_env_steps: Optional[int] = None):
+               print_interval: float = 1.0, total_env_steps: Optional[int] = None,
+               stop_at_return: Optional[float] = None):
     self.workdir = workdir
     self.stream = stream
     self.print_interval = print_interval
     self.total_env_steps = total_env_steps
+    self.stop_at_return = stop_at_return
+    self.target_reached = False
     self.records: List[Dict[str, Any]] = []
     self._start = time.perf_counter()
     self._last_print = -math.inf
@@ -43,8 +48,13 @@ class MetricsLogger:
     if self._file:
       self._file.write(json.dumps(record) + "\n")
       self._file.flush()
+    if (self.stop_at_return is not None and not self.target_reached
+        and record.get("episode_return", -math.inf) >= self.stop_at_return):
+      self.target_reached = True
+      record["target_reached"] = True
     now = time.perf_counter()
-    done = self.total_env_steps is not None and record["env_steps"] >= self.total_env_steps
+    done = (self.target_reached or self.total_env_steps is not None
+            and record["env_steps"] >= self.total_env_steps)
     if self.stream and (now - self._last_print >= self.print_interval or done):
       self._last_print = now
       self.stream.write(self.format(record) + "\n")
@@ -80,6 +90,8 @@ class MetricsLogger:
     if sps:
       out["median_sps"] = sps[len(sps) // 2]
     out["wall_time"] = self.records[-1]["wall_time"]
+    if self.target_reached:
+      out["stopped_at_return"] = self.stop_at_return
     return out
 
   def close(self, title: str = "") -> Optional[str]:

@@ -137,3 +137,16 @@ def test_anakin_rejects_host_environments():
 def test_too_many_devices_is_a_config_error():
   with pytest.raises(ConfigError, match="topology.num_devices"):
     builder.build(small_config(64))
+
+
+def test_stop_at_return_ends_the_run_at_the_first_record_that_reaches_it():
+  from agents.ppo.config import catch_anakin
+  config = catch_anakin()
+  config.topology.num_devices = 1
+  config.stop_at_return = 0.0  # Catch returns are -1 or 1: reached once learning starts.
+  summary = builder.build(config).run(stream=None)
+  records = summary["records"]
+  assert records[-1]["episode_return"] >= 0.0 and records[-1]["target_reached"]
+  assert all(r.get("episode_return", -1) < 0.0 for r in records[:-1])
+  assert summary["env_steps"] < config.total_env_steps
+  assert summary["stopped_at_return"] == 0.0

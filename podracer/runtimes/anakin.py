@@ -51,12 +51,17 @@ class Anakin:
   def __init__(self, env_factory: Callable[..., Any], topology: Any, seed: int,
                total_env_steps: int, num_envs_per_device: int = 4,
                rollout_length: int = 128, updates_per_call: int = 16):
-    env = env_factory()
-    if getattr(env, "kind", "jax") != "jax":
+    def refuse(kind, what):
       raise ConfigError(
           f"Anakin compiles the environment into its program, so it needs an environment "
-          f"written in JAX; `env.name` selects a {env.kind} environment "
-          f"({type(env).__name__}). Use runtime.name=sebulba for it.")
+          f"written in JAX; `env.name` selects a {kind} environment ({what}). Use "
+          f"runtime.name=sebulba for it.")
+
+    if getattr(env_factory, "kind", None) not in (None, "jax"):
+      refuse(env_factory.kind, env_factory.section.name)
+    env = env_factory()
+    if getattr(env, "kind", "jax") != "jax":
+      refuse(env.kind, type(env).__name__)
     if not hasattr(topology, "devices") or not hasattr(topology, "num_replicas"):
       raise ConfigError("Anakin needs a topology that replicates over devices "
                         "(`topology.name=replicate`).")
@@ -184,4 +189,6 @@ class Anakin:
         record["episodes"] = count
       record.update({k: float(np.mean(v)) for k, v in metrics.items()})
       logger.write(record, compile_step=(call == 0))
+      if logger.target_reached:
+        break
     return state
