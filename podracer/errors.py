@@ -7,3 +7,11 @@ class ConfigError(Exception):
 
 class RecompilationError(RuntimeError):
   """A step that must compile once was traced again; the message says which inputs changed."""
+
+
+class ThreadFailure(RuntimeError):
+  """A runtime thread (actor, learner, ...) raised; the message holds its traceback.
+
+  The launcher prints the message and exits with status 1 after every other thread and
+  environment of the run was stopped.
+  """

@@ -4,8 +4,9 @@
       [--config.KEY=VALUE ...]
 
 Writes DIR/config.json (the resolved config), DIR/metrics.jsonl and, at the end,
-DIR/learning_curve.png. A config that cannot be built exits with status 2 and one
-paragraph saying why.
+DIR/learning_curve.png. Exit status: 0 when the run ends, 2 with one paragraph saying why
+when the config cannot be built, 1 with the thread's traceback when a runtime thread fails,
+130 on Ctrl-C (after all threads and environments are stopped).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import textwrap
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, ThreadFailure
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, as path/to/config.py:NAME.", lock_config=True)
@@ -26,6 +27,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, config and plots
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks for config errors too.")
 
 EXIT_CONFIG_ERROR = 2
+EXIT_THREAD_FAILURE = 1
+EXIT_INTERRUPTED = 130
 
 
 def _fail(message: str) -> None:
@@ -79,10 +82,14 @@ def main(argv):
     if _DEBUG.value:
       raise
     _fail(str(e))
+  except ThreadFailure as e:
+    # The runtime stopped its other threads and environments before raising.
+    sys.stderr.write(f"Run stopped because a thread failed.\n{e}\n")
+    sys.exit(EXIT_THREAD_FAILURE)
   except KeyboardInterrupt:
     # Runtimes stop their threads and environments before this propagates.
     sys.stderr.write("Interrupted; all threads and environments were stopped.\n")
-    sys.exit(130)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def entry_point():

@@ -27,5 +27,5 @@ def test_readme_lists_every_registered_component():
 
 def test_readme_commands_exist():
   for script in ("scripts/train.sh", "scripts/test.sh", "scripts/setup_env.sh",
-                 "benchmarks/anakin.py"):
+                 "benchmarks/anakin.py", "benchmarks/sebulba.py"):
     assert script in README and (ROOT / script).exists(), script

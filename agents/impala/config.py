@@ -7,10 +7,13 @@ and override any key with `--config.KEY=VALUE` (e.g. `--config.seed=1`).
 
 from ml_collections import config_dict
 
+from podracer import configs
+
 
 def _base() -> config_dict.ConfigDict:
   c = config_dict.ConfigDict()
   c.seed = 0
+  c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
   c.total_env_steps = 1_000_000
   c.env = config_dict.ConfigDict(dict(name="cartpole"))
   c.agent = config_dict.ConfigDict(dict(name="impala", discount=0.99))
@@ -22,8 +25,7 @@ def _base() -> config_dict.ConfigDict:
   c.optimizer = config_dict.ConfigDict(dict(
       name="rmsprop", learning_rate=7e-4, decay=0.99, eps=1e-5, max_grad_norm=0.5,
       anneal=False))
-  c.topology = config_dict.ConfigDict(dict(
-      name="replicate", num_devices=config_dict.placeholder(int)))
+  c.topology = configs.replicate_topology()
   return c
 
 
@@ -37,8 +39,51 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   return c
 
 
-# Sebulba configs are added here as they become runnable.
-CONFIGS = {"cartpole_anakin": cartpole_anakin}
+def cartpole_sebulba() -> config_dict.ConfigDict:
+  """IMPALA on EnvPool's CartPole-v1 under Sebulba; the agent section is cartpole_anakin's.
+
+  By default a single device acts and learns; with 8 devices 2 act and 6 learn.
+  """
+  c = _base()
+  c.total_env_steps = 1_000_000
+  c.env = config_dict.ConfigDict(dict(name="envpool", task_id="CartPole-v1"))
+  # 12 envs per actor thread split evenly over 1, 2, 3, 4 or 6 learner devices.
+  c.runtime = configs.sebulba_runtime(num_envs_per_actor=12, rollout_length=16)
+  c.topology = configs.actor_learner_topology()
+  return c
+
+
+def pong_sebulba() -> config_dict.ConfigDict:
+  """IMPALA with the deep ResNet torso on EnvPool's Pong-v5 (Espeholt et al. 2018, Atari).
+
+  The paper's Atari hyperparameters: RMSProp (lr 6e-4 annealed to 0, decay 0.99,
+  eps 0.01), global gradient norm 40, entropy 0.01, baseline 0.5, unroll 20, clipped
+  rewards, episodic life. Episode returns are reported from true game ends.
+  """
+  c = _base()
+  c.total_env_steps = 50_000_000
+  c.env = config_dict.ConfigDict(dict(
+      name="envpool", task_id="Pong-v5", episodic_life=True, reward_clip=True,
+      stack_num=4, img_height=84, img_width=84, noop_max=30,
+      repeat_action_probability=0.0))
+  c.network = config_dict.ConfigDict(dict(
+      name="atari_actor_critic", torso="impala", channels_first=True, channels=(16, 32, 32),
+      hidden_size=256))
+  c.loss = config_dict.ConfigDict(dict(
+      name="vtrace", baseline_coef=0.5, entropy_coef=0.01, clip_rho_threshold=1.0,
+      clip_pg_rho_threshold=1.0, lambda_=1.0))
+  c.optimizer = config_dict.ConfigDict(dict(
+      name="rmsprop", learning_rate=6e-4, decay=0.99, eps=0.01, max_grad_norm=40.0,
+      anneal=True))
+  # 24 envs per actor thread split evenly over 1, 2, 3, 4, 6 or 8 learner devices.
+  c.runtime = configs.sebulba_runtime(num_envs_per_actor=24, rollout_length=20,
+                                     log_interval=10.0)
+  c.topology = configs.actor_learner_topology()
+  return c
+
+
+CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
+           "pong_sebulba": pong_sebulba}
 
 
 def get_config(name: str = "cartpole_anakin") -> config_dict.ConfigDict:

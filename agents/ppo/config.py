@@ -7,10 +7,13 @@ and override any key with `--config.KEY=VALUE` (e.g. `--config.seed=1`).
 
 from ml_collections import config_dict
 
+from podracer import configs
+
 
 def _base() -> config_dict.ConfigDict:
   c = config_dict.ConfigDict()
   c.seed = 0
+  c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
   c.total_env_steps = 500_000
   c.env = config_dict.ConfigDict(dict(name="cartpole"))
   c.agent = config_dict.ConfigDict(dict(
@@ -22,8 +25,7 @@ def _base() -> config_dict.ConfigDict:
       normalize_advantages=True))
   c.optimizer = config_dict.ConfigDict(dict(
       name="adam", learning_rate=2.5e-4, eps=1e-5, max_grad_norm=0.5, anneal=True))
-  c.topology = config_dict.ConfigDict(dict(
-      name="replicate", num_devices=config_dict.placeholder(int)))
+  c.topology = configs.replicate_topology()
   return c
 
 
@@ -46,7 +48,23 @@ def catch_anakin() -> config_dict.ConfigDict:
   return c
 
 
-CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin}
+def cartpole_sebulba() -> config_dict.ConfigDict:
+  """PPO on EnvPool's CartPole-v1, stepped on the CPU by Sebulba's actor threads.
+
+  The agent section is cartpole_anakin's; only env, runtime and topology change. By
+  default a single device acts and learns; with 8 devices 2 act and 6 learn.
+  """
+  c = _base()
+  c.total_env_steps = 1_000_000
+  c.env = config_dict.ConfigDict(dict(name="envpool", task_id="CartPole-v1"))
+  # 12 envs per actor thread split evenly over 1, 2, 3, 4 or 6 learner devices.
+  c.runtime = configs.sebulba_runtime(num_envs_per_actor=12, rollout_length=64)
+  c.topology = configs.actor_learner_topology()
+  return c
+
+
+CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
+           "cartpole_sebulba": cartpole_sebulba}
 
 
 def get_config(name: str = "cartpole_anakin") -> config_dict.ConfigDict:

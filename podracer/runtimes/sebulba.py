@@ -9,7 +9,8 @@ Threads, all started and stopped by `run`:
            `update` pmapped over the learner devices (gradients averaged with
            `replica_mean`), then pushes the new parameters to every actor device.
   main     supervises: logs metrics, and stops everything within a second when a thread
-           fails (re-raising its traceback), on Ctrl-C, or when the step budget is spent.
+           fails (re-raising its traceback), on Ctrl-C, when the step budget is spent, or
+           when the logger reports the target return (`stop_at_return`) reached.
 """
 
 from __future__ import annotations
@@ -27,15 +28,19 @@ import numpy as np
 
 from podracer import registry
 from podracer.agent import Agent
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, ThreadFailure
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import REPLICA_AXIS, EnvSpec, PyTree, TimeStep, Trajectory, strip_weak_types
 
 _POLL = 0.1  # Seconds between checks of the stop flag in every blocking wait.
 
+__all__ = ["Sebulba", "ParamsStore", "ThreadFailure"]
 
-class ThreadFailure(RuntimeError):
-  """A Sebulba thread raised; the message holds that thread's traceback."""
+
+def _injected_failure(where: str) -> RuntimeError:
+  # The wall-clock time lets a test in another process measure how fast the run stops.
+  return RuntimeError(f"injected {where} failure (runtime.inject_failure={where}) at unix "
+                      f"time {time.time():.3f}")
 
 
 class Batch(NamedTuple):
@@ -68,7 +73,15 @@ class ParamsStore:
 
 @registry.runtimes.register("sebulba")
 class Sebulba:
-  """Actor threads on actor devices feed a learner replicated over learner devices."""
+  """Actor threads on actor devices feed a learner replicated over learner devices.
+
+  Config keys (`runtime.*`): `num_envs_per_actor` environments per actor thread (divisible
+  by the number of learner devices), `actor_threads_per_device`, `rollout_length` steps
+  per trajectory, `updates_per_batch` learner updates per trajectory, `queue_size`
+  trajectories in flight, `log_interval` seconds between metrics records, and
+  `inject_failure` ('actor' or 'learner': that thread raises once the run is under way,
+  to test that failures stop the run).
+  """
 
   def __init__(self, env_factory: Callable[..., Any], topology: Any, seed: int,
                total_env_steps: int, num_envs_per_actor: int = 16,
@@ -101,12 +114,17 @@ class Sebulba:
     self.num_updates = self.num_batches * updates_per_batch
     # For the logger's progress line: the learner stops after num_batches batches.
     self.num_calls, self.steps_per_call = self.num_batches, self.steps_per_batch
-    probe = env_factory(num_envs=1, seed=seed)
-    if getattr(probe, "kind", "jax") != "host":
+    def refuse(what):
       raise ConfigError(
           f"Sebulba steps environments on the CPU; `env.name` selects a JAX environment "
-          f"({type(probe).__name__}). Use an EnvPool, Gymnasium or dm_env environment, "
-          f"or runtime.name=anakin.")
+          f"({what}). Use an EnvPool, Gymnasium or dm_env environment, or "
+          f"runtime.name=anakin.")
+
+    if getattr(env_factory, "kind", None) not in (None, "host"):
+      refuse(env_factory.section.name)
+    probe = env_factory(num_envs=1, seed=seed)
+    if getattr(probe, "kind", "jax") != "host":
+      refuse(type(probe).__name__)
     self._spec = probe.spec()
     probe.close()
     self.agent: Optional[Agent] = None
@@ -123,7 +141,7 @@ class Sebulba:
         devices=learners)
     self._learn = jax.pmap(compile_once(self._learn_replica, "The Sebulba learner step"),
                            axis_name=REPLICA_AXIS, devices=learners, donate_argnums=(0,))
-    self._act = jax.jit(agent.act)
+    self._act = jax.jit(functools.partial(_act_and_advance_key, agent.act))
     self._stack_and_split = jax.jit(functools.partial(_stack_and_split, len(learners)))
 
   def _init_nets_opt(self, key):
@@ -147,50 +165,60 @@ class Sebulba:
   # -- threads ---------------------------------------------------------------------
 
   def run(self, logger) -> Any:
-    stop = threading.Event()
-    failures: List[str] = []
     batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.queue_size)
     records: "queue.Queue[Dict[str, float]]" = queue.Queue()
     store = ParamsStore(self.topology.actor_devices)
     learner_state = self._start_learner(store)
-
-    def guarded(name, fn, *args):
-      def body():
-        try:
-          fn(*args)
-        except BaseException:  # noqa: B902 -- any failure must stop the whole run.
-          failures.append(f"{name} failed:\n{traceback.format_exc()}")
-          stop.set()
-      return threading.Thread(target=body, name=name, daemon=True)
-
-    threads = [guarded(f"actor-{d.id}-{i}", self._actor_loop, d, i + j * 1000, batches,
-                       store, stop)
-               for j, d in enumerate(self.topology.actor_devices)
-               for i in range(self.actor_threads_per_device)]
-    threads.append(guarded("learner", self._learner_loop, learner_state, batches, store,
-                           records, stop))
-    for t in threads:
-      t.start()
+    group = _ThreadGroup()
+    self._spawn_actors(group, batches, store)
+    learner = group.spawn("learner", self._learner_loop, learner_state, batches, store,
+                          records, group.stop)
     try:
-      self._supervise(threads, records, logger, stop)
+      while not group.stop.is_set() and learner.is_alive() and not logger.target_reached:
+        group.stop.wait(_POLL)
+        self._drain(records, logger)
     finally:
-      stop.set()
-      deadline = time.monotonic() + 10.0
-      for t in threads:
-        t.join(timeout=max(0.0, deadline - time.monotonic()))
-      self._drain(records, logger)
-    alive = [t.name for t in threads if t.is_alive()]
-    if failures:
-      raise ThreadFailure("\n".join(failures))
-    if alive:
-      raise RuntimeError(f"Sebulba threads did not stop: {', '.join(alive)}")
+      try:
+        group.shutdown()
+      finally:
+        self._drain(records, logger)
     return learner_state
 
-  def _supervise(self, threads, records, logger, stop):
-    learner = threads[-1]
-    while not stop.is_set() and learner.is_alive():
-      stop.wait(_POLL)
-      self._drain(records, logger)
+  def run_actors(self, seconds: float, warmup_batches: Optional[int] = None) -> float:
+    """Env steps/s of the actor threads alone: initial parameters, no learner.
+
+    Batches are taken off the queue and dropped. The first `warmup_batches` (default:
+    two per thread, which covers compilation) are not counted.
+    """
+    batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.queue_size)
+    store = ParamsStore(self.topology.actor_devices)
+    self._start_learner(store)
+    group = _ThreadGroup()
+    self._spawn_actors(group, batches, store)
+    warmup = 2 * self.num_actor_threads if warmup_batches is None else warmup_batches
+    seen, steps, start = 0, 0, None
+    try:
+      while not group.stop.is_set():
+        try:
+          batch = batches.get(timeout=_POLL)
+        except queue.Empty:
+          continue
+        seen += 1
+        if seen == warmup + 1:
+          start = time.perf_counter()
+        elif seen > warmup + 1:
+          steps += batch.env_steps
+          if time.perf_counter() - start >= seconds:
+            break
+    finally:
+      group.shutdown()
+    return steps / (time.perf_counter() - start) if start is not None else 0.0
+
+  def _spawn_actors(self, group: "_ThreadGroup", batches, store) -> None:
+    for j, device in enumerate(self.topology.actor_devices):
+      for i in range(self.actor_threads_per_device):
+        group.spawn(f"actor-{device.id}-{i}", self._actor_loop, device, i + j * 1000,
+                    batches, store, group.stop)
 
   def _drain(self, records, logger):
     while True:
@@ -226,8 +254,7 @@ class Sebulba:
         times = dict(actor_wait_params=time.perf_counter() - start, actor_env=0.0,
                      actor_inference=0.0, actor_wait_queue=queue_wait)
         if pending is None:
-          key, act_key = jax.random.split(key)
-          out, next_state = self._act(params, actor_state, timestep, act_key)
+          out, next_state, key = self._act(params, actor_state, timestep, key)
           pending = Trajectory(timestep, actor_state, out.action, out.extras)
           actor_state = next_state
         entries = []
@@ -240,13 +267,11 @@ class Sebulba:
           t1 = time.perf_counter()
           timestep, stats = env.step(action)
           t2 = time.perf_counter()
-          if self.inject_failure == "actor":
-            raise RuntimeError("injected actor failure (runtime.inject_failure=actor)")
           done = np.asarray(stats.done, bool)
-          episodes += [done.sum(), np.asarray(stats.episode_return)[done].sum(),
-                       np.asarray(stats.episode_length)[done].sum()]
-          key, act_key = jax.random.split(key)
-          out, next_state = self._act(params, actor_state, timestep, act_key)
+          if done.any():
+            episodes += [done.sum(), np.asarray(stats.episode_return)[done].sum(),
+                         np.asarray(stats.episode_length)[done].sum()]
+          out, next_state, key = self._act(params, actor_state, timestep, key)
           entries.append(pending)
           pending = Trajectory(timestep, actor_state, out.action, out.extras)
           actor_state = next_state
@@ -262,6 +287,9 @@ class Sebulba:
           except queue.Full:
             continue
         queue_wait = time.perf_counter() - start
+        if self.inject_failure == "actor" and index == 0:
+          # After its first batch, so the learner and the other actors are mid-run.
+          raise _injected_failure("actor")
     finally:
       env.close()
 
@@ -297,8 +325,8 @@ class Sebulba:
       waited = time.perf_counter() - start
       if experience is None:  # The first trajectory fixes the experience's shapes.
         experience = self._init_experience(batch.shards)
-      if self.inject_failure == "learner":
-        raise RuntimeError("injected learner failure (runtime.inject_failure=learner)")
+      if self.inject_failure == "learner" and batch_index == 1:
+        raise _injected_failure("learner")
       key, learn_key = jax.random.split(key)
       learn_keys = np.stack([np.asarray(k) for k in jax.random.split(learn_key, n)])
       start = time.perf_counter()
@@ -346,6 +374,48 @@ class Sebulba:
     init = jax.pmap(lambda _: self.agent.init_experience(spec), axis_name=REPLICA_AXIS,
                     devices=self.topology.learner_devices)
     return strip_weak_types(init(np.zeros(len(self.topology.learner_devices))))
+
+
+class _ThreadGroup:
+  """Threads that share one stop flag: any failure sets it, and `shutdown` reports it."""
+
+  def __init__(self):
+    self.stop = threading.Event()
+    self.failures: List[str] = []
+    self.threads: List[threading.Thread] = []
+
+  def spawn(self, name: str, fn: Callable[..., Any], *args: Any) -> threading.Thread:
+    def body():
+      try:
+        fn(*args)
+      except BaseException:  # noqa: B902 -- any failure must stop the whole run.
+        self.failures.append(f"{name} failed:\n{traceback.format_exc()}")
+        self.stop.set()
+
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    self.threads.append(thread)
+    thread.start()
+    return thread
+
+  def shutdown(self, timeout: float = 10.0) -> None:
+    """Stops and joins every thread; raises ThreadFailure with the failures' tracebacks."""
+    self.stop.set()
+    deadline = time.monotonic() + timeout
+    for t in self.threads:
+      t.join(timeout=max(0.0, deadline - time.monotonic()))
+    if self.failures:
+      raise ThreadFailure("\n".join(self.failures))
+    alive = [t.name for t in self.threads if t.is_alive()]
+    if alive:
+      raise RuntimeError(f"Sebulba threads did not stop within {timeout:.0f} s: "
+                         f"{', '.join(alive)}")
+
+
+def _act_and_advance_key(act, params, actor_state, timestep, key):
+  # Splitting the key inside the jitted call saves a dispatch per environment step.
+  key, act_key = jax.random.split(key)
+  out, actor_state = act(params, actor_state, timestep, act_key)
+  return out, actor_state, key
 
 
 def _stack_and_split(num_learners: int, entries: List[Trajectory]) -> Trajectory:

@@ -254,3 +254,16 @@ def test_continuous_action_spec_is_rejected(name):
 def test_atari_rejects_flat_observations():
   with pytest.raises(ValueError, match="rank 3"):
     networks.atari_actor_critic(spec=_spec((4,), 2))
+
+
+@pytest.mark.parametrize("shape", [(2, 84, 84, 3), (2, 83, 81, 5), (1, 11, 11, 4), (2, 1, 1, 2),
+                                   (2, 6, 7, 1)])
+def test_max_pool_same_matches_haiku_max_pool_and_its_gradient(shape):
+  from podracer.components.networks.torsos import max_pool_same
+  x = jax.random.normal(jax.random.PRNGKey(0), shape)
+  ours = lambda x: max_pool_same(x, window=3, stride=2)
+  theirs = lambda x: hk.max_pool(x, window_shape=(1, 3, 3, 1), strides=(1, 2, 2, 1),
+                                 padding="SAME")
+  np.testing.assert_array_equal(ours(x), theirs(x))
+  grad = lambda f: jax.grad(lambda x: jnp.sum(f(x) ** 2))(x)
+  np.testing.assert_allclose(grad(ours), grad(theirs), rtol=1e-6)

@@ -7,7 +7,7 @@ Every network's `apply(params, observation [B, ...])` returns a `PolicyValueOutp
 from __future__ import annotations
 
 import numbers
-from typing import Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import haiku as hk
 
@@ -65,12 +65,14 @@ def mlp_shared_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64
 
 
 @registry.networks.register("atari_actor_critic")
-def atari_actor_critic(spec: EnvSpec, torso: str = "impala",
-                       channels_first: bool = True) -> hk.Transformed:
+def atari_actor_critic(spec: EnvSpec, torso: str = "impala", channels_first: bool = True,
+                       channels: Optional[Sequence[int]] = None,
+                       hidden_size: Optional[int] = None) -> hk.Transformed:
   """A conv torso ('impala' or 'nature') shared by the policy and the value layer.
 
   `channels_first` matches EnvPool's stacked frames [B, C, H, W]; set it to False for
-  [B, H, W, C] observations.
+  [B, H, W, C] observations. `channels` (the ResNet sections' widths, 'impala' only) and
+  `hidden_size` default to the papers' values.
   """
   num_actions = num_discrete_actions(spec, "atari_actor_critic")
   if torso not in ATARI_TORSOS:
@@ -80,10 +82,18 @@ def atari_actor_critic(spec: EnvSpec, torso: str = "impala",
   if isinstance(observation, ArraySpec) and len(observation.shape) != 3:
     raise ValueError(f"Network 'atari_actor_critic' needs image observations of rank 3 "
                      f"([C, H, W] or [H, W, C]), got shape {tuple(observation.shape)}.")
+  torso_kwargs: Dict[str, Any] = dict(channels_first=channels_first)
+  if channels is not None:
+    if torso != "impala":
+      raise ValueError("`channels` sets the widths of the 'impala' torso's sections; the "
+                       f"'{torso}' torso has fixed widths.")
+    torso_kwargs["channels"] = tuple(channels)
+  if hidden_size is not None:
+    torso_kwargs["hidden_size"] = hidden_size
   torso_cls = ATARI_TORSOS[torso]
 
   def forward(observation):
-    features = torso_cls(channels_first=channels_first, name="torso")(observation)
+    features = torso_cls(name="torso", **torso_kwargs)(observation)
     return PolicyValueHead(num_actions, name="head")(features)
 
   return hk.without_apply_rng(hk.transform(forward))

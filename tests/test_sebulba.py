@@ -1,0 +1,295 @@
+"""Sebulba: CPU environments, actor threads, a learner replicated over learner devices.
+
+The test process has 8 virtual CPU devices (conftest), so the configs' default topology
+is Sebulba's 8-device split: 2 actor devices and 6 learner devices. "1 device" runs pin
+acting and learning to device 0.
+"""
+
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from agents.impala import config as impala_config
+from agents.ppo import config as ppo_config
+from podracer import builder, registry
+from podracer.components.environments.host import EpisodeTracker, HostEnvironment, host_timestep
+from podracer.errors import ConfigError, ThreadFailure
+from podracer.metrics import MetricsLogger
+from podracer.runtimes.sebulba import ParamsStore, _stack_and_split
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, Trajectory
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SEBULBA_METRICS = ("sps", "learner_update_time", "learner_wait_time", "queue_depth",
+                   "policy_lag", "actor_env", "actor_inference", "actor_wait_params",
+                   "actor_wait_queue")
+
+
+def sebulba_threads():
+  return [t.name for t in threading.enumerate()
+          if t.is_alive() and (t.name.startswith("actor-") or t.name == "learner")]
+
+
+def one_device(config):
+  config.topology.actor_devices = (0,)
+  config.topology.learner_devices = (0,)
+  return config
+
+
+def run_in_process(config):
+  """Runs `config`; returns (records, learner state [nets, opt, experience], runtime)."""
+  experiment = builder.build(config)
+  logger = MetricsLogger(stream=None, stop_at_return=config.get("stop_at_return"))
+  state = experiment.runtime.run(logger)
+  return logger.records, state, experiment.runtime
+
+
+# -- pieces ----------------------------------------------------------------------------
+
+
+def test_stack_and_split_gives_each_learner_a_contiguous_slice_of_the_batch():
+  entries = [Trajectory(timestep=t * 100 + np.arange(6), actor_state=(), action=np.full(6, t),
+                        extras={}) for t in range(4)]
+  split = _stack_and_split(3, entries)
+  assert split.timestep.shape == (3, 4, 2)  # [learners, T+1, B / learners]
+  np.testing.assert_array_equal(split.timestep[1, 2], [202, 203])  # learner 1: envs 2, 3
+  np.testing.assert_array_equal(split.action[2], np.arange(4)[:, None] * np.ones((1, 2)))
+
+
+def test_params_store_hands_each_actor_device_its_own_copy_of_the_newest_version():
+  devices = jax.devices()[:2]
+  store = ParamsStore(devices)
+  store.push({"w": np.arange(3.0)}, version=4)
+  for d in devices:
+    params, version = store.get(d)
+    assert version == 4 and params["w"].devices() == {d}
+    np.testing.assert_array_equal(params["w"], np.arange(3.0))
+
+
+def test_default_topology_splits_8_devices_into_2_actors_and_6_learners():
+  topology = registry.build(registry.topologies, {"name": "actor_learner"}, key="topology")
+  assert [d.id for d in topology.actor_devices] == [0, 1]
+  assert [d.id for d in topology.learner_devices] == [2, 3, 4, 5, 6, 7]
+  shared = registry.build(registry.topologies, {"name": "actor_learner", "actor_devices": (0,),
+                                                "learner_devices": (0,)}, key="topology")
+  assert shared.actor_devices == shared.learner_devices == [jax.devices()[0]]
+
+
+def test_each_runtime_rejects_the_other_kind_of_environment_by_name():
+  config = ppo_config.cartpole_anakin()
+  config.env = dict(name="envpool", task_id="CartPole-v1")
+  with pytest.raises(ConfigError, match="runtime.name=sebulba"):
+    builder.build(config)
+
+
+def test_sebulba_rejects_jax_environments_and_uneven_env_splits():
+  config = ppo_config.cartpole_sebulba()
+  config.env = dict(name="cartpole")
+  with pytest.raises(ConfigError, match="runtime.name=anakin"):
+    builder.build(config)
+  config = ppo_config.cartpole_sebulba()
+  config.runtime.num_envs_per_actor = 8  # 6 learner devices
+  with pytest.raises(ConfigError, match="num_envs_per_actor"):
+    builder.build(config)
+
+
+# -- runs ------------------------------------------------------------------------------
+
+
+def test_short_run_reports_metrics_splits_trajectories_over_learners_and_stops_threads():
+  config = ppo_config.cartpole_sebulba()
+  config.total_env_steps = 20_000
+  config.runtime.log_interval = 0.0  # a record per batch
+  records, (nets, _, experience), runtime = run_in_process(config)
+
+  assert sebulba_threads() == []
+  assert records[-1]["env_steps"] >= 20_000
+  for key in SEBULBA_METRICS:
+    assert all(key in r for r in records), key
+  assert all(r["policy_lag"] >= 0 for r in records)
+  # 2 actor devices x 2 threads, each trajectory [65, 12] split into 6 slices of 2 envs.
+  assert runtime.num_actor_threads == 4
+  assert experience.action.shape == (6, 65, 2)
+  learners = set(runtime.topology.learner_devices)
+  assert experience.action.sharding.device_set == learners
+  # Every learner replica holds the same (gradient-averaged) parameters.
+  leaf = jax.tree.leaves(nets)[0]
+  assert leaf.shape[0] == 6
+  np.testing.assert_allclose(np.asarray(leaf)[0], np.asarray(leaf)[5], rtol=1e-6)
+
+
+def test_gymnasium_environments_run_under_sebulba():
+  config = ppo_config.cartpole_sebulba()
+  config.env = dict(name="gymnasium", env_id="CartPole-v1")  # one subprocess per env
+  config.runtime.num_envs_per_actor = 2
+  config.total_env_steps = 4_000
+  records, _, _ = run_in_process(one_device(config))
+  assert records[-1]["env_steps"] >= 4_000
+  assert any(r.get("episodes", 0) > 0 for r in records)
+  assert sebulba_threads() == []
+
+
+# -- learning: mean return >= 450 within 2M env steps ---------------------------------
+
+LEARNING_CASES = [
+    ("ppo", ppo_config.cartpole_sebulba, "8 devices"),
+    ("ppo", ppo_config.cartpole_sebulba, "1 device"),
+    ("impala", impala_config.cartpole_sebulba, "8 devices"),
+    ("impala", impala_config.cartpole_sebulba, "1 device"),
+]
+
+
+@pytest.mark.parametrize("agent,make_config,devices", LEARNING_CASES,
+                         ids=[f"{a}-{d.replace(' ', '_')}" for a, _, d in LEARNING_CASES])
+def test_cartpole_sebulba_reaches_450_within_2m_steps(agent, make_config, devices):
+  config = make_config()
+  if devices == "1 device":
+    one_device(config)
+  assert config.seed == 0 and config.agent.name == agent
+  assert config.total_env_steps <= 2_000_000
+  config.stop_at_return = 450.0  # Ends the run once reached; the budget bounds it.
+  records, _, runtime = run_in_process(config)
+  expected_learners = 1 if devices == "1 device" else 6
+  assert len(runtime.topology.learner_devices) == expected_learners
+  returns = [r["episode_return"] for r in records
+             if "episode_return" in r and r["env_steps"] <= 2_000_000]
+  assert max(returns) >= 450, f"best mean episode return {max(returns):.1f} < 450"
+  assert sebulba_threads() == []
+
+
+# -- Pong ------------------------------------------------------------------------------
+
+
+def test_impala_pong_config_builds_the_papers_network_on_84x84_frames():
+  config = impala_config.pong_sebulba()
+  experiment = builder.build(config)
+  spec = experiment.runtime.spec
+  assert spec.observation.shape == (4, 84, 84) and spec.observation.dtype == np.uint8
+  assert spec.action.num_values == 6
+  nets = experiment.agent.init_nets(jax.random.PRNGKey(0))
+  shapes = {k: v["w"].shape for k, v in nets.items() if "w" in v}
+  assert shapes["torso/section_0_conv"] == (3, 3, 4, 16)
+  assert shapes["torso/section_2_block_1_conv_1"] == (3, 3, 32, 32)
+  assert shapes["torso/linear"] == (11 * 11 * 32, 256)
+
+
+def test_impala_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown():
+  """A smoke test, not learning. Frames and ResNet widths are shrunk so that 50k steps fit
+  the CPU's time (the full 84x84 network's shapes are checked above)."""
+  config = impala_config.pong_sebulba()
+  config.total_env_steps = 50_000
+  config.env.img_height = config.env.img_width = 36
+  config.network.channels = (4, 8, 8)
+  config.network.hidden_size = 32
+  config.runtime.num_envs_per_actor = 6  # one env per learner device
+  records, (nets, _, experience), runtime = run_in_process(config)
+
+  assert records[-1]["env_steps"] >= 50_000
+  assert sebulba_threads() == []
+  for key in SEBULBA_METRICS + ("policy_loss", "value_loss", "entropy"):
+    assert key in records[-1], key
+  assert all(np.isfinite(r["policy_loss"]) for r in records)
+  # [learners, T+1, envs per learner, stacked frames, H, W]
+  assert experience.timestep.observation.shape == (6, 21, 1, 4, 36, 36)
+  assert experience.timestep.observation.dtype == np.uint8
+  episodes = [r for r in records if "episode_return" in r]
+  assert episodes, "no Pong game finished in 50k steps"
+  for r in episodes:
+    # Whole games: -21..21 points, and far longer than one point (episodic_life ends a
+    # "life" at every lost point, which must not end the reported episode).
+    assert -21 <= r["episode_return"] <= 21
+    assert r["episode_length"] > 500
+
+
+# -- failures and Ctrl-C -----------------------------------------------------------------
+
+
+@registry.environments.register("test_crashing_simulator")
+class CrashingSimulator(HostEnvironment):
+  """Zeros for observations; its simulator dies at step `crash_at` of actor seed 0."""
+
+  def __init__(self, num_envs: int, seed: int = 0, crash_at: int = 100):
+    super().__init__(num_envs, seed)
+    self.crash_at = crash_at
+    self._steps = 0
+    self._tracker = EpisodeTracker(num_envs)
+
+  def spec(self):
+    return EnvSpec(ArraySpec((4,), np.float32), DiscreteSpec(2))
+
+  def _timestep(self, step_type):
+    return host_timestep(np.full(self.num_envs, step_type), np.zeros(self.num_envs),
+                         np.ones(self.num_envs), np.zeros((self.num_envs, 4), np.float32))
+
+  def reset(self):
+    return self._timestep(0), self._tracker.reset()
+
+  def step(self, action):
+    self._steps += 1
+    if self.seed == 0 and self._steps == self.crash_at:
+      raise RuntimeError("simulator crashed (segment 7 lost)")
+    timestep = self._timestep(1)
+    return timestep, self._tracker.update(timestep.step_type, timestep.reward,
+                                          np.zeros(self.num_envs, bool))
+
+
+def test_environment_crash_stops_every_thread_with_its_traceback():
+  config = one_device(ppo_config.cartpole_sebulba())
+  config.env = dict(name="test_crashing_simulator", crash_at=200)
+  config.total_env_steps = 10_000_000
+  experiment = builder.build(config)
+  start = time.monotonic()
+  with pytest.raises(ThreadFailure) as failure:
+    experiment.runtime.run(MetricsLogger(stream=None))
+  assert time.monotonic() - start < 30.0  # compilation included
+  assert "simulator crashed (segment 7 lost)" in str(failure.value)
+  assert "actor-0-0 failed" in str(failure.value) and "Traceback" in str(failure.value)
+  assert sebulba_threads() == []
+
+
+# Through the launcher, as a user runs it.
+
+
+def launch(*args):
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  return subprocess.Popen([sys.executable, "-m", "podracer.launch", *args], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("where", ["actor", "learner"])
+def test_injected_thread_failure_ends_the_run_within_10s_with_its_traceback(where, tmp_path):
+  process = launch("--config=agents/ppo/config.py:cartpole_sebulba",
+                   f"--config.runtime.inject_failure={where}", f"--workdir={tmp_path}")
+  _, stderr = process.communicate(timeout=120)
+  ended = time.time()
+  assert process.returncode == 1, stderr
+  match = re.search(rf"RuntimeError: injected {where} failure .* at unix time ([\d.]+)", stderr)
+  assert match, stderr
+  assert "Traceback (most recent call last)" in stderr
+  assert ended - float(match.group(1)) < 10.0
+
+
+def test_ctrl_c_stops_threads_and_environments_and_exits_130(tmp_path):
+  process = launch("--config=agents/ppo/config.py:cartpole_sebulba",
+                   "--config.total_env_steps=100000000", f"--workdir={tmp_path}")
+  metrics = tmp_path / "metrics.jsonl"
+  deadline = time.monotonic() + 120
+  while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+    assert process.poll() is None and time.monotonic() < deadline
+    time.sleep(0.2)
+  interrupted = time.monotonic()
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=30)
+  assert process.returncode == 130, stderr
+  assert time.monotonic() - interrupted < 10.0
+  assert "Interrupted; all threads and environments were stopped." in stderr
+  assert "Traceback" not in stderr
+  assert (tmp_path / "learning_curve.png").exists()
