@@ -13,8 +13,9 @@ import abc
 from typing import Any, Dict, Tuple
 
 import jax
+import jax.numpy as jnp
 
-from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
+from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
 
 Metrics = Dict[str, jax.Array]
 
@@ -26,6 +27,11 @@ class Agent(abc.ABC):
   owned by actors), `nets` (parameters), `opt` (optimizer state), `experience` (what
   the learner learns from). No method keeps state on `self`; everything is jittable.
   """
+
+  # Entries each trajectory repeats from the end of the previous one, so trajectories
+  # are [rollout_length + trajectory_overlap, B]. One gives every transition its
+  # bootstrap step; recurrent replay agents ask for more, to burn in their state.
+  trajectory_overlap: int = 1
 
   def __init__(self, spec: EnvSpec):
     self.spec = spec
@@ -51,7 +57,7 @@ class Agent(abc.ABC):
 
   @abc.abstractmethod
   def init_experience(self, trajectory_spec: Trajectory) -> PyTree:
-    """Experience state, given the shapes of one trajectory ([T+1, B, ...])."""
+    """Experience state, given the shapes of one trajectory ([T+K, B, ...])."""
 
   @abc.abstractmethod
   def act(self, nets: PyTree, actor_state: PyTree, timestep: TimeStep,
@@ -66,3 +72,20 @@ class Agent(abc.ABC):
   def update(self, nets: PyTree, opt: PyTree, experience: PyTree,
              key: jax.Array) -> Tuple[PyTree, PyTree, PyTree, Metrics]:
     """One learner update; average gradients with `replica_mean` before applying them."""
+
+
+def first_entries(first: Trajectory, overlap: int) -> Trajectory:
+  """The [K, B] entries a run starts from: K-1 padding entries, then `first` ([B]).
+
+  Padding entries copy `first` but are LAST steps with zero reward and discount, as if an
+  episode had just ended: the step after a LAST is a FIRST, and transitions out of a LAST
+  step are ignored, so no agent learns from the padding.
+  """
+  def pad(x):
+    return jnp.broadcast_to(x, (overlap - 1, *jnp.shape(x)))
+  padding = jax.tree.map(pad, first)
+  ts = padding.timestep
+  padding = padding._replace(timestep=ts._replace(
+      step_type=jnp.full_like(ts.step_type, StepType.LAST),
+      reward=jnp.zeros_like(ts.reward), discount=jnp.zeros_like(ts.discount)))
+  return jax.tree.map(lambda p, x: jnp.concatenate([p, x[None]]), padding, first)

@@ -1,5 +1,6 @@
 """Podracer's built-in components; importing this package registers them all."""
 
-from podracer.components import environments, losses, networks, optimizers, topologies
+from podracer.components import (environments, losses, networks, optimizers, replay,
+                                 topologies)
 
-__all__ = ["environments", "losses", "networks", "optimizers", "topologies"]
+__all__ = ["environments", "losses", "networks", "optimizers", "replay", "topologies"]

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
-from podracer.agent import Agent
+from podracer.agent import Agent, first_entries
 from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError
 from podracer.runtimes.compile_once import compile_once
@@ -25,14 +25,11 @@ from podracer.types import (REPLICA_AXIS, AgentState, EnvSpec, PyTree, Trajector
                             strip_weak_types)
 
 
-class Pending(NamedTuple):
-  """The last step acted on but not yet taken: entry 0 of the next trajectory."""
-  entry: Trajectory  # fields without the time axis: [B, ...]
-
-
 class AnakinState(NamedTuple):
   agent: AgentState
   env: VectorEnvState
+  # The last `agent.trajectory_overlap` entries [K, B, ...]; the newest was acted on but
+  # not yet stepped. They open the next trajectory.
   pending: Trajectory
   key: jax.Array
 
@@ -84,6 +81,9 @@ class Anakin:
   # -- program ---------------------------------------------------------------------
 
   def setup(self, agent: Agent) -> None:
+    if getattr(getattr(agent, "replay", None), "kind", None) == "host":
+      raise ConfigError("Anakin keeps replay inside its compiled program: use "
+                        "--config.replay.name=device, not a host replay such as Reverb.")
     self.agent = agent
     devices = self.topology.devices
     self._init = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS, devices=devices)
@@ -107,10 +107,12 @@ class Anakin:
     actor_state = agent.init_actor(actor_key, self.num_envs_per_device)
     nets = agent.init_nets(nets_key)
     out, next_actor_state = agent.act(nets, actor_state, timestep, act_key)
-    pending = Trajectory(timestep, actor_state, out.action, out.extras)
+    pending = first_entries(Trajectory(timestep, actor_state, out.action, out.extras),
+                            agent.trajectory_overlap)
+    length = self.rollout_length + agent.trajectory_overlap
     trajectory_spec = jax.eval_shape(
-        lambda p: jax.tree.map(
-            lambda x: jnp.zeros((self.rollout_length + 1, *x.shape), x.dtype), p), pending)
+        lambda p: jax.tree.map(lambda x: jnp.zeros((length, *x.shape[1:]), x.dtype), p),
+        pending)
     state = AnakinState(
         agent=AgentState(actor=next_actor_state, nets=nets, opt=agent.init_opt(nets),
                          experience=agent.init_experience(trajectory_spec)),
@@ -118,8 +120,11 @@ class Anakin:
     return strip_weak_types(state)
 
   def _rollout(self, nets, env_state, pending: Trajectory, actor_state, key):
-    """`rollout_length` env steps; returns a [T+1, B] trajectory and the new pending step."""
+    """`rollout_length` env steps: a [T+K, B] trajectory and the new last K entries."""
     agent = self.agent
+    overlap = pending.action.shape[0]
+    earlier = jax.tree.map(lambda x: x[:-1], pending)
+    pending = jax.tree.map(lambda x: x[-1], pending)
 
     def env_step(carry, step_key):
       env_state, pending, actor_state = carry
@@ -133,7 +138,9 @@ class Anakin:
     (env_state, pending, actor_state), (entries, stats) = jax.lax.scan(
         env_step, (env_state, pending, actor_state),
         jax.random.split(key, self.rollout_length))
-    trajectory = jax.tree.map(lambda xs, x: jnp.concatenate([xs, x[None]]), entries, pending)
+    trajectory = jax.tree.map(lambda e, xs, x: jnp.concatenate([e, xs, x[None]]),
+                              earlier, entries, pending)
+    pending = jax.tree.map(lambda x: x[-overlap:], trajectory)
     totals = EpisodeTotals(
         count=jnp.sum(stats.done.astype(jnp.float32)),
         return_sum=jnp.sum(jnp.where(stats.done, stats.episode_return, 0.0)),

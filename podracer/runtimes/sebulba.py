@@ -3,7 +3,7 @@
 Threads, all started and stopped by `run`:
   actors   `actor_threads_per_device` per actor device, each with its own batched host
            environment. While one thread steps its environments the device runs the
-           other's inference. Each accumulates a [T+1, B] trajectory on its device,
+           other's inference. Each accumulates a [T+K, B] trajectory on its device,
            splits it along B across the learner devices and queues the shards.
   learner  takes one trajectory at a time, runs `observe` + `updates_per_batch` x
            `update` pmapped over the learner devices (gradients averaged with
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
-from podracer.agent import Agent
+from podracer.agent import Agent, first_entries
 from podracer.errors import ConfigError, ThreadFailure
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import REPLICA_AXIS, EnvSpec, PyTree, TimeStep, Trajectory, strip_weak_types
@@ -134,6 +134,10 @@ class Sebulba:
     return self._spec
 
   def setup(self, agent: Agent) -> None:
+    if getattr(getattr(agent, "replay", None), "kind", None) == "host":
+      raise ConfigError(
+          "This Sebulba runtime keeps replay on its learner devices; it does not drive a "
+          "host replay (Reverb) yet. Use --config.replay.name=device.")
     self.agent = agent
     learners = self.topology.learner_devices
     self._init_learner = jax.pmap(
@@ -245,7 +249,8 @@ class Sebulba:
       actor_state = jax.device_put(agent.init_actor(init_key, self.num_envs_per_actor),
                                    device)
       timestep, _ = env.reset()
-      pending = None
+      pending, history = None, []
+      overlap = agent.trajectory_overlap
       queue_wait = 0.0
       while not stop.is_set():
         start = time.perf_counter()
@@ -257,7 +262,9 @@ class Sebulba:
           out, next_state, key = self._act(params, actor_state, timestep, key)
           pending = Trajectory(timestep, actor_state, out.action, out.extras)
           actor_state = next_state
-        entries = []
+          padding = first_entries(pending, overlap)
+          history = [jax.tree.map(lambda x, i=i: x[i], padding) for i in range(overlap - 1)]
+        entries = list(history)  # The previous trajectory's last entries open this one.
         episodes = np.zeros(3)
         for _ in range(self.rollout_length):
           if stop.is_set():
@@ -278,6 +285,7 @@ class Sebulba:
           times["actor_inference"] += t1 - t0
           times["actor_env"] += t2 - t1
         shards = self._shard_for_learners(self._stack_and_split(entries + [pending]))
+        history = entries[len(entries) - (overlap - 1):]
         start = time.perf_counter()
         batch = Batch(shards, version, self.steps_per_batch, episodes, times)
         while not stop.is_set():
@@ -419,7 +427,7 @@ def _act_and_advance_key(act, params, actor_state, timestep, key):
 
 
 def _stack_and_split(num_learners: int, entries: List[Trajectory]) -> Trajectory:
-  """T+1 entries of [B, ...] -> a [L, T+1, B/L, ...] trajectory, one slice per learner."""
+  """T+K entries of [B, ...] -> a [L, T+K, B/L, ...] trajectory, one slice per learner."""
   def stack(*xs):
     x = jnp.stack(xs)
     x = x.reshape(x.shape[0], num_learners, -1, *x.shape[2:])

@@ -7,9 +7,11 @@ Every network's `apply(params, observation [B, ...])` returns a `PolicyValueOutp
 from __future__ import annotations
 
 import numbers
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
 
 import haiku as hk
+import jax
+import jax.numpy as jnp
 
 from podracer import registry
 from podracer.components.networks.cores import LSTMCore
@@ -99,9 +101,72 @@ def atari_actor_critic(spec: EnvSpec, torso: str = "impala", channels_first: boo
   return hk.without_apply_rng(hk.transform(forward))
 
 
+class RecurrentQNetwork(NamedTuple):
+  """A torso -> LSTM -> dueling Q network, as pure functions of (params, ...).
+
+  init(key, observation [B, ...]) -> params
+  initial_state(batch_size) -> LSTM state (no parameters involved)
+  step(params, observation [B, ...], state, reset [B]) -> (q [B, A], state)
+  unroll(params, observation [T, B, ...], state, reset [T, B]) -> (q [T, B, A], state)
+  `reset` is true at the first step of an episode: the state restarts there.
+  """
+  init: Callable[..., Any]
+  initial_state: Callable[[int], Any]
+  step: Callable[..., Any]
+  unroll: Callable[..., Any]
+
+
+@registry.networks.register("recurrent_q")
+def recurrent_q(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (64,),
+                activation: str = "relu", lstm_size: int = 64,
+                head_hidden_sizes: Sequence[int] = (64,),
+                channels_first: bool = True) -> RecurrentQNetwork:
+  """R2D2's network: a torso ('mlp', or 'impala' / 'nature' for images), an LSTM core
+  and a dueling head (Kapturowski et al. 2019)."""
+  num_actions = num_discrete_actions(spec, "recurrent_q")
+  if torso != "mlp" and torso not in ATARI_TORSOS:
+    raise ValueError(f"Unknown torso {torso!r} for network 'recurrent_q'; options: mlp, "
+                     f"{', '.join(sorted(ATARI_TORSOS))}.")
+  _check_activation(activation)
+
+  def make_torso():
+    if torso == "mlp":
+      return MLP(hidden_sizes, activation, name="torso")
+    return ATARI_TORSOS[torso](channels_first=channels_first, name="torso")
+
+  def forward():
+    torso_net = make_torso()
+    core = LSTMCore(lstm_size, name="core")
+    head = DuelingHead(num_actions, head_hidden_sizes, name="head")
+
+    def step(observation, state, reset):
+      features, state = core(torso_net(observation), state, reset)
+      return head(features), state
+
+    def unroll(observation, state, reset):
+      t, b = reset.shape
+      flat = jax.tree.map(lambda x: x.reshape(t * b, *x.shape[2:]), observation)
+      features = torso_net(flat).reshape(t, b, -1)
+      outputs, state = core.unroll(features, state, reset)
+      q = head(outputs.reshape(t * b, -1)).reshape(t, b, -1)
+      return q, state
+
+    def init(observation):
+      batch = jax.tree.leaves(observation)[0].shape[0]
+      return step(observation, core.initial_state(batch), jnp.zeros((batch,), bool))
+
+    return init, (step, unroll, core.initial_state)
+
+  transformed = hk.without_apply_rng(hk.multi_transform(forward))
+  step_fn, unroll_fn, initial_state_fn = transformed.apply
+  return RecurrentQNetwork(init=transformed.init,
+                           initial_state=lambda batch: initial_state_fn({}, batch),
+                           step=step_fn, unroll=unroll_fn)
+
+
 __all__ = [
     "ACTIVATIONS", "ATARI_TORSOS", "DuelingHead", "ImpalaResNet", "LSTMCore", "MLP",
-    "NatureCNN", "PolicyValueHead", "PolicyValueOutput", "activation_fn",
+    "NatureCNN", "PolicyValueHead", "PolicyValueOutput", "RecurrentQNetwork", "activation_fn",
     "atari_actor_critic", "mlp_actor_critic", "mlp_shared_actor_critic",
-    "num_discrete_actions", "preprocess_image",
+    "num_discrete_actions", "preprocess_image", "recurrent_q",
 ]

@@ -1,0 +1,220 @@
+"""R2D2 (Kapturowski et al., 2019): recurrent experience replay in distributed RL.
+
+Written once for one replica, like every agent here. Its replay is a component
+(`config.replay.name`): `device` keeps sequences inside the compiled program (Anakin, or on
+Sebulba's learner devices); `reverb` keeps them in a Reverb server that Sebulba's actors
+write to. The agent only calls the replay's in-graph interface, so nothing here changes.
+
+Sequences: each trajectory repeats `burn_in + n_step` entries of the previous one
+(`trajectory_overlap`), so a trajectory of T = rollout_length new steps is one
+sequence per environment: `burn_in` steps that only warm up the LSTM from the stored
+state, T steps that are learned from, and `n_step` steps that complete their n-step
+targets. Consecutive sequences' learned steps tile the stream exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Tuple
+
+import jax
+import jax.numpy as jnp
+import optax
+import rlax
+
+from podracer import registry
+from podracer.agent import Agent
+from podracer.components.networks import RecurrentQNetwork
+from podracer.components.replay import importance_weights
+from podracer.types import (ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory,
+                            replica_mean)
+
+
+class R2D2ActorState(NamedTuple):
+  core: Any             # LSTM state [B, H], before acting on the current timestep
+  epsilon: jax.Array    # [B] each environment's exploration rate (Ape-X schedule)
+
+
+class R2D2LearnerState(NamedTuple):
+  optimizer: PyTree
+  target: PyTree        # target network parameters
+  updates: jax.Array    # learner updates so far (the target is copied every period)
+
+
+def apex_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> jax.Array:
+  """Ape-X's per-actor exploration: epsilon_i = base^(1 + alpha * i / (N - 1))."""
+  i = jnp.arange(num_envs, dtype=jnp.float32)
+  return jnp.power(base, 1.0 + alpha * i / max(num_envs - 1, 1))
+
+
+def sequence_priorities(abs_td: jax.Array, mask: jax.Array, eta: float) -> jax.Array:
+  """R2D2's priority, eta * max |td| + (1 - eta) * mean |td|, over masked steps [T, B]."""
+  count = jnp.maximum(jnp.sum(mask, axis=0), 1.0)
+  mean = jnp.sum(abs_td * mask, axis=0) / count
+  return eta * jnp.max(abs_td * mask, axis=0) + (1.0 - eta) * mean
+
+
+def n_step_double_q_td(q, target_q, action, reward, discount, n: int,
+                       tx_pair: rlax.TxPair) -> jax.Array:
+  """TD errors [S-1, B] of n-step double Q-learning on [S, B] sequences.
+
+  Transition t (from step t to t+1) has target
+      h(sum_{k<n} (prod_{j<k} discount[t+j]) reward[t+k]
+        + (prod_{k<n} discount[t+k]) h^-1(target_q[t+n, argmax_a q[t+n, a]]))
+  truncated at the end of the sequence; `reward`, `discount` are [S-1, B] (per transition)
+  and `action` [S, B]. The online net picks the bootstrap action, the target net values it.
+  """
+  double_q_action = jnp.argmax(q[1:], axis=-1)
+  return jax.vmap(
+      lambda q_tm1, a_tm1, tq_t, a_t, r_t, d_t: rlax.transformed_n_step_q_learning(
+          q_tm1, a_tm1, tq_t, a_t, r_t, d_t, n, tx_pair=tx_pair),
+      in_axes=1, out_axes=1)(q[:-1], action[:-1], target_q[1:], double_q_action, reward,
+                             discount)
+
+
+@registry.agents.register("r2d2")
+class R2D2(Agent):
+  """Recurrent Q-learning from prioritized sequence replay, with burn-in and n-step
+  double Q-learning targets under the invertible value rescaling h."""
+
+  def __init__(self, spec: EnvSpec, network: RecurrentQNetwork,
+               optimizer: optax.GradientTransformation, replay: Any,
+               discount: float = 0.997, n_step: int = 5, burn_in: int = 40,
+               target_update_period: int = 2500, importance_sampling_exponent: float = 0.6,
+               priority_eta: float = 0.9, epsilon_base: float = 0.4,
+               epsilon_alpha: float = 7.0, value_rescaling_eps: float = 1e-3):
+    super().__init__(spec)
+    if n_step < 1 or burn_in < 0:
+      raise ValueError(f"`agent.n_step` must be >= 1 and `agent.burn_in` >= 0, got "
+                       f"{n_step} and {burn_in}.")
+    self.network = network
+    self.optimizer = optimizer
+    self.replay = replay
+    self.discount = discount
+    self.n_step = n_step
+    self.burn_in = burn_in
+    self.target_update_period = target_update_period
+    self.importance_sampling_exponent = importance_sampling_exponent
+    self.priority_eta = priority_eta
+    self.epsilon_base = epsilon_base
+    self.epsilon_alpha = epsilon_alpha
+    self.tx_pair = rlax.TxPair(
+        lambda x: rlax.signed_hyperbolic(x, value_rescaling_eps),
+        lambda x: rlax.signed_parabolic(x, value_rescaling_eps))
+    self.trajectory_overlap = burn_in + n_step
+
+  # -- state -----------------------------------------------------------------------
+
+  def init_nets(self, key):
+    dummy = jax.tree.map(lambda s: jnp.zeros((1, *s.shape), s.dtype), self.spec.observation)
+    return self.network.init(key, dummy)
+
+  def init_opt(self, nets):
+    return R2D2LearnerState(self.optimizer.init(nets), nets, jnp.zeros((), jnp.int32))
+
+  def init_actor(self, key, num_envs):
+    del key
+    return R2D2ActorState(self.network.initial_state(num_envs),
+                          apex_epsilons(num_envs, self.epsilon_base, self.epsilon_alpha))
+
+  def init_experience(self, trajectory_spec: Trajectory):
+    one_item = jax.eval_shape(lambda t: jax.tree.map(lambda x: x[0], self.replay_items(t)),
+                              trajectory_spec)
+    return self.replay.init(one_item)
+
+  # -- acting ----------------------------------------------------------------------
+
+  def act(self, nets, actor_state: R2D2ActorState, timestep: TimeStep, key):
+    q, core = self.network.step(nets, timestep.observation, actor_state.core,
+                                timestep.step_type == StepType.FIRST)
+    explore_key, action_key = jax.random.split(key)
+    greedy = jnp.argmax(q, axis=-1)
+    random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1])
+    explore = jax.random.uniform(explore_key, greedy.shape) < actor_state.epsilon
+    action = jnp.where(explore, random, greedy).astype(jnp.int32)
+    return ActorOutput(action, {}), actor_state._replace(core=core)
+
+  # -- experience ------------------------------------------------------------------
+
+  def replay_items(self, trajectory: Trajectory) -> Trajectory:
+    """One sequence per environment: [B, S, ...] steps, the LSTM state at their start."""
+    batch_major = lambda x: jnp.swapaxes(x, 0, 1)
+    return Trajectory(timestep=jax.tree.map(batch_major, trajectory.timestep),
+                      actor_state=jax.tree.map(lambda x: x[0], trajectory.actor_state.core),
+                      action=batch_major(trajectory.action), extras={})
+
+  def observe(self, experience, trajectory: Trajectory):
+    return self.replay.add(experience, self.replay_items(trajectory))
+
+  # -- learning --------------------------------------------------------------------
+
+  def update(self, nets, opt: R2D2LearnerState, experience, key):
+    def learn(args):
+      nets, opt, experience = args
+      sample = self.replay.sample(experience, key)
+      weights = importance_weights(sample, self.importance_sampling_exponent)
+      (loss, (abs_td, mask, q)), grads = jax.value_and_grad(self._loss, has_aux=True)(
+          nets, opt.target, sample.items, weights)
+      grads = replica_mean(grads)
+      updates, optimizer = self.optimizer.update(grads, opt.optimizer, nets)
+      nets = optax.apply_updates(nets, updates)
+      count = opt.updates + 1
+      target = jax.tree.map(
+          lambda online, old: jnp.where(count % self.target_update_period == 0, online, old),
+          nets, opt.target)
+      priorities = sequence_priorities(abs_td, mask, self.priority_eta)
+      experience = self.replay.update_priorities(experience, sample, priorities)
+      metrics = dict(loss=loss, mean_q=jnp.mean(q), mean_abs_td=jnp.mean(abs_td),
+                     mean_priority=jnp.mean(priorities), learning=jnp.float32(1.0))
+      return (nets, R2D2LearnerState(optimizer, target, count), experience), metrics
+
+    def wait(args):
+      zeros = dict(loss=0.0, mean_q=0.0, mean_abs_td=0.0, mean_priority=0.0, learning=0.0)
+      return args, {k: jnp.float32(v) for k, v in zeros.items()}
+
+    (nets, opt, experience), metrics = jax.lax.cond(
+        self.replay.can_sample(experience), learn, wait, (nets, opt, experience))
+    metrics.update(self._replay_metrics(experience))
+    return nets, opt, experience, metrics
+
+  def _replay_metrics(self, experience):
+    size = getattr(self.replay, "size", None)
+    return {} if size is None else dict(replay_size=jnp.float32(size(experience)))
+
+  def _loss(self, params, target_params, items: Trajectory, weights):
+    """Mean importance-weighted 0.5 td^2 over the learned steps of a [B, S] batch."""
+    time_major = lambda x: jnp.swapaxes(x, 0, 1)
+    timestep = jax.tree.map(time_major, items.timestep)      # [S, B]
+    action = time_major(items.action)
+    reset = timestep.step_type == StepType.FIRST
+    burn = self.burn_in
+    rest = jax.tree.map(lambda x: x[burn:], timestep.observation)
+
+    def burned_in(p):
+      # Burn-in warms the stored state up without learning through it (R2D2 section 3).
+      if not burn:
+        return items.actor_state
+      _, state = self.network.unroll(
+          p, jax.tree.map(lambda x: x[:burn], timestep.observation), items.actor_state,
+          reset[:burn])
+      return jax.lax.stop_gradient(state)
+
+    q, _ = self.network.unroll(params, rest, burned_in(params), reset[burn:])
+    target_q, _ = self.network.unroll(target_params, rest, burned_in(target_params),
+                                      reset[burn:])
+    target_q = jax.lax.stop_gradient(target_q)
+    step_type = timestep.step_type[burn:]
+    # Transitions out of a LAST step are resets (their action was ignored): masked, and
+    # their zero discount keeps n-step returns inside one episode.
+    not_reset = (step_type[:-1] != StepType.LAST).astype(jnp.float32)
+    reward = timestep.reward[burn:][1:]
+    discount = self.discount * timestep.discount[burn:][1:] * not_reset
+
+    td = n_step_double_q_td(q, target_q, action[burn:], reward, discount, self.n_step,
+                            self.tx_pair)
+    # Learned steps: the first T transitions; later ones lack full n-step targets.
+    learned = td.shape[0] - (self.n_step - 1)
+    td, mask = td[:learned], not_reset[:learned]
+    loss = jnp.sum(weights[None] * 0.5 * jnp.square(td) * mask) / jnp.maximum(
+        jnp.sum(mask), 1.0)
+    return loss, (jnp.abs(td), mask, q[:learned])
+

@@ -1,0 +1,176 @@
+"""On-device prioritized replay: a FIFO ring buffer that lives inside the compiled program.
+
+The buffer is a pytree of fixed-size arrays (`DeviceReplayState`), and every method is a
+pure function of it, so a replay can be scanned, jitted and pmapped with the rest of the
+agent; under pmap each replica owns its own shard. `add` writes N items at `next_index`
+(wrapping, so the oldest items go first); `sample` draws `batch_size` slots with
+replacement, with probability p_i^alpha / sum_j p_j^alpha, by `jax.random.categorical`
+over the log-priorities. Empty slots have priority 0, and 0-priority slots are never
+drawn. Sampling costs O(batch_size * capacity), which is cheap next to a learner step
+for the buffer sizes that fit on one device.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from podracer import registry
+from podracer.components.replay import Sample
+from podracer.types import PyTree, strip_weak_types
+
+
+class DeviceReplayState(NamedTuple):
+  items: PyTree              # [capacity, ...] per leaf
+  priorities: jax.Array      # [capacity] float32; 0 for empty slots
+  next_index: jax.Array      # [] int32: the slot the next item goes to
+  size: jax.Array            # [] int32: filled slots (always slots 0..size-1)
+  max_priority: jax.Array    # [] float32: the largest priority seen so far
+  inserts: jax.Array         # [] int32: items added, in total
+  samples: jax.Array         # [] int32: sampled items given new priorities, in total
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+  if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+  return value
+
+
+@registry.replay.register("device")
+class DeviceReplay:
+  """Prioritized FIFO replay held in device memory (see the module docstring).
+
+  Its arguments are the `reverb` replay's, so `--config.replay.name` switches between them.
+
+  Args:
+    max_size: slots in the buffer (per replica); the oldest items are overwritten.
+    batch_size: items per `sample`.
+    priority_exponent: alpha; 0 samples the filled slots uniformly.
+    min_size: `can_sample` is false until the buffer holds this many items.
+    initial_priority: the priority of items added before any priority is known.
+    samples_per_insert: with it, `can_sample` is also false while the items given new
+      priorities would exceed samples_per_insert * (inserts - min_size) + error_buffer,
+      Reverb's SampleToInsertRatio limit on the sampling side (the runtime sets the
+      insert pace). None: no limit.
+    error_buffer: slack of that limit; default max(1, samples_per_insert) * batch_size.
+    address: Reverb's server address; must stay None (this replay has no server).
+  """
+
+  kind = "device"
+
+  def __init__(self, max_size: int, batch_size: int, priority_exponent: float = 0.9,
+               min_size: int = 1, initial_priority: float = 1.0,
+               samples_per_insert: Optional[float] = None,
+               error_buffer: Optional[float] = None, address: Optional[str] = None):
+    if address is not None:
+      raise ValueError(f"`address` ({address!r}) names a Reverb server, but this replay "
+                       "lives on the devices; use `replay.name=reverb` to join a server.")
+    if samples_per_insert is not None and not samples_per_insert > 0:
+      raise ValueError(f"`samples_per_insert` must be > 0 or None, got "
+                       f"{samples_per_insert!r}.")
+    self.samples_per_insert = samples_per_insert
+    self.error_buffer = (float(error_buffer) if error_buffer is not None else
+                         max(1.0, samples_per_insert or 1.0) * batch_size)
+    capacity = max_size
+    self.capacity = _check_int("max_size", capacity, 1)
+    self.batch_size = _check_int("batch_size", batch_size, 1)
+    self.min_size = _check_int("min_size", min_size, 0)
+    if min_size > capacity:
+      raise ValueError(f"`min_size` ({min_size}) must be <= `max_size` ({capacity}): "
+                       f"the buffer could never hold enough items to sample.")
+    if not isinstance(priority_exponent, (int, float)) or not priority_exponent >= 0:
+      raise ValueError(f"`priority_exponent` must be a number >= 0, got "
+                       f"{priority_exponent!r}.")
+    if not isinstance(initial_priority, (int, float)) or not initial_priority > 0:
+      raise ValueError(f"`initial_priority` must be a number > 0 (0-priority items are "
+                       f"never sampled), got {initial_priority!r}.")
+    self.priority_exponent = float(priority_exponent)
+    self.initial_priority = float(initial_priority)
+
+  def init(self, item_spec: PyTree) -> DeviceReplayState:
+    """An empty buffer; `item_spec` has a shape and dtype per leaf, for ONE item."""
+    items = jax.tree_util.tree_map(
+        lambda s: jnp.zeros((self.capacity, *s.shape), s.dtype), item_spec)
+    zero = jnp.zeros((), jnp.int32)
+    return strip_weak_types(DeviceReplayState(
+        items=items, priorities=jnp.zeros((self.capacity,), jnp.float32),
+        next_index=zero, size=zero,
+        max_priority=jnp.asarray(self.initial_priority, jnp.float32),
+        inserts=zero, samples=zero))
+
+  def add(self, state: DeviceReplayState, items: PyTree,
+          priorities: Optional[jax.Array] = None) -> DeviceReplayState:
+    """Writes N items (leaves [N, ...]) over the oldest slots; no priorities: the max."""
+    leaves = jax.tree_util.tree_leaves(items)
+    if not leaves:
+      raise ValueError("`items` has no arrays to add.")
+    n = leaves[0].shape[0]
+    if n > self.capacity:
+      # Slots would repeat within one scatter, whose winner XLA does not define.
+      raise ValueError(f"Cannot add {n} items at once to a replay of `max_size` "
+                       f"{self.capacity}.")
+
+    def write(buffer, x):
+      x = jnp.asarray(x)
+      if x.shape != (n, *buffer.shape[1:]):
+        raise ValueError(f"`items` leaf has shape {x.shape}, expected "
+                         f"{(n, *buffer.shape[1:])} (N items of the spec given to init).")
+      return buffer.at[slots].set(x.astype(buffer.dtype))
+
+    slots = (state.next_index + jnp.arange(n, dtype=jnp.int32)) % self.capacity
+    new_items = jax.tree_util.tree_map(write, state.items, items)
+    if priorities is None:
+      priorities = jnp.full((n,), state.max_priority, jnp.float32)
+    else:
+      priorities = jnp.maximum(jnp.asarray(priorities, jnp.float32).reshape(n), 0.0)
+    return state._replace(
+        items=new_items,
+        priorities=state.priorities.at[slots].set(priorities),
+        next_index=(state.next_index + n) % self.capacity,
+        size=jnp.minimum(state.size + n, self.capacity),
+        max_priority=jnp.maximum(state.max_priority, jnp.max(priorities)),
+        inserts=state.inserts + n)
+
+  def can_sample(self, state: DeviceReplayState) -> jax.Array:
+    ready = state.size >= max(self.min_size, 1)
+    if self.samples_per_insert is None:
+      return ready
+    allowed = (self.samples_per_insert * (state.inserts - self.min_size).astype(jnp.float32)
+               + self.error_buffer)
+    return ready & ((state.samples + self.batch_size).astype(jnp.float32) <= allowed)
+
+  def size(self, state: DeviceReplayState) -> jax.Array:
+    return state.size
+
+  def sample(self, state: DeviceReplayState, key: jax.Array) -> Sample:
+    """`batch_size` slots drawn with replacement, proportionally to priority^alpha."""
+    valid = state.priorities > 0
+    # -inf, not alpha * log(0) (NaN when alpha is 0): empty slots are never drawn.
+    logits = jnp.where(valid, self.priority_exponent * jnp.log(state.priorities), -jnp.inf)
+    # An empty buffer samples uniformly, so shapes and values stay finite; the agent
+    # does not learn from it (`can_sample`).
+    logits = jnp.where(jnp.any(valid), logits, 0.0)
+    indices = jax.random.categorical(key, logits, shape=(self.batch_size,))
+    indices = indices.astype(jnp.int32)
+    probabilities = jax.nn.softmax(logits)[indices]
+    items = jax.tree_util.tree_map(lambda buffer: buffer[indices], state.items)
+    return Sample(items=items, indices=indices, probabilities=probabilities,
+                  size=state.size, priorities=jnp.zeros((self.batch_size,), jnp.float32))
+
+  def update_priorities(self, state: DeviceReplayState, sample: Sample,
+                        priorities: jax.Array) -> DeviceReplayState:
+    """Sets the sampled slots' priorities (a slot drawn twice keeps one of its values).
+
+    Slots that were empty when sampled keep priority 0, so a batch drawn from an empty
+    buffer cannot make its zero items sampleable.
+    """
+    filled = sample.indices < state.size
+    priorities = jnp.maximum(jnp.asarray(priorities, jnp.float32), 0.0)
+    priorities = jnp.where(filled, priorities, state.priorities[sample.indices])
+    return state._replace(
+        priorities=state.priorities.at[sample.indices].set(priorities),
+        max_priority=jnp.maximum(state.max_priority,
+                                 jnp.max(jnp.where(filled, priorities, 0.0))),
+        samples=state.samples + sample.indices.shape[0])
