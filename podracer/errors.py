@@ -15,3 +15,10 @@ class ThreadFailure(RuntimeError):
   The launcher prints the message and exits with status 1 after every other thread and
   environment of the run was stopped.
   """
+
+
+class ReplayTimeout(TimeoutError):
+  """A replay call waited its timeout (rate limiter, too few items) on a live server.
+
+  Runtimes retry it after checking whether the run is stopping.
+  """

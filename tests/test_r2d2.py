@@ -117,8 +117,9 @@ def test_trajectories_repeat_the_last_overlap_entries_of_the_previous_one():
 
 
 def test_runtimes_refuse_replays_they_cannot_drive():
+  import tests.test_sebulba_replay  # noqa: F401 -- registers the host replay test_memory
   config = r2d2_config.catch_anakin()
-  config.replay.name = "reverb"
+  config.replay = dict(name="test_memory", batch_size=4)  # a host replay, like Reverb
   with pytest.raises(ConfigError, match="replay.name=device"):
     builder.build(config)
   config = r2d2_config.catch_anakin()

@@ -287,9 +287,9 @@ def test_ctrl_c_stops_threads_and_environments_and_exits_130(tmp_path):
     time.sleep(0.2)
   interrupted = time.monotonic()
   process.send_signal(signal.SIGINT)
-  _, stderr = process.communicate(timeout=30)
+  _, stderr = process.communicate(timeout=60)
   assert process.returncode == 130, stderr
-  assert time.monotonic() - interrupted < 10.0
+  assert time.monotonic() - interrupted < 20.0  # the plot is written too; CPU may be busy
   assert "Interrupted; all threads and environments were stopped." in stderr
   assert "Traceback" not in stderr
   assert (tmp_path / "learning_curve.png").exists()

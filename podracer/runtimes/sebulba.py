@@ -28,7 +28,8 @@ import numpy as np
 
 from podracer import registry
 from podracer.agent import Agent, first_entries
-from podracer.errors import ConfigError, ThreadFailure
+from podracer.components.replay import Sample
+from podracer.errors import ConfigError, ReplayTimeout, ThreadFailure
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import REPLICA_AXIS, EnvSpec, PyTree, TimeStep, Trajectory, strip_weak_types
 
@@ -134,11 +135,16 @@ class Sebulba:
     return self._spec
 
   def setup(self, agent: Agent) -> None:
-    if getattr(getattr(agent, "replay", None), "kind", None) == "host":
-      raise ConfigError(
-          "This Sebulba runtime keeps replay on its learner devices; it does not drive a "
-          "host replay (Reverb) yet. Use --config.replay.name=device.")
     self.agent = agent
+    replay = getattr(agent, "replay", None)
+    # A host replay (Reverb) takes the actors' sequences instead of the learner queue.
+    self._replay = replay if getattr(replay, "kind", None) == "host" else None
+    if self._replay is not None:
+      self._replay_items = jax.jit(lambda entries: agent.replay_items(_stack(entries)))
+      self._learn_sampled = jax.pmap(
+          compile_once(self._learn_from_sample, "The Sebulba replay learner step"),
+          axis_name=REPLICA_AXIS, devices=self.topology.learner_devices,
+          donate_argnums=(0,))
     learners = self.topology.learner_devices
     self._init_learner = jax.pmap(
         lambda key: strip_weak_types(self._init_nets_opt(key)), axis_name=REPLICA_AXIS,
@@ -166,17 +172,42 @@ class Sebulba:
     return (nets, opt, experience), jax.lax.pmean(jax.tree.map(jnp.mean, metrics),
                                                   REPLICA_AXIS)
 
+  def _learn_from_sample(self, state, sample, key):
+    nets, opt = state
+    nets, opt, sample, metrics = self.agent.update(nets, opt, sample, key)
+    return (nets, opt), sample.priorities, jax.lax.pmean(jax.tree.map(jnp.mean, metrics),
+                                                         REPLICA_AXIS)
+
+  def trajectory_spec(self, num_envs: int) -> Trajectory:
+    """Shapes of one actor thread's trajectory [T+K, num_envs, ...], without running."""
+    agent = self.agent
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    batch = lambda shape, dtype: jax.ShapeDtypeStruct((num_envs, *shape), dtype)
+    timestep = TimeStep(batch((), jnp.int32), batch((), jnp.float32), batch((), jnp.float32),
+                        jax.tree.map(lambda s: batch(s.shape, s.dtype), self._spec.observation,
+                                     is_leaf=lambda x: hasattr(x, "dtype")))
+    nets = jax.eval_shape(agent.init_nets, key)
+    actor_state = jax.eval_shape(lambda k: agent.init_actor(k, num_envs), key)
+    out, _ = jax.eval_shape(agent.act, nets, actor_state, timestep, key)
+    entry = Trajectory(timestep, actor_state, out.action, out.extras)
+    length = self.rollout_length + agent.trajectory_overlap
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct((length, *x.shape), x.dtype), entry)
+
   # -- threads ---------------------------------------------------------------------
 
   def run(self, logger) -> Any:
-    batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.queue_size)
+    # With a host replay the queue only carries statistics, and must never block actors.
+    batches: "queue.Queue[Batch]" = queue.Queue(
+        maxsize=0 if self._replay is not None else self.queue_size)
     records: "queue.Queue[Dict[str, float]]" = queue.Queue()
     store = ParamsStore(self.topology.actor_devices)
     learner_state = self._start_learner(store)
+    self._start_replay()
     group = _ThreadGroup()
     self._spawn_actors(group, batches, store)
-    learner = group.spawn("learner", self._learner_loop, learner_state, batches, store,
-                          records, group.stop)
+    loop = self._learner_loop if self._replay is None else self._replay_learner_loop
+    learner = group.spawn("learner", loop, learner_state, batches, store, records,
+                          group.stop)
     try:
       while not group.stop.is_set() and learner.is_alive() and not logger.target_reached:
         group.stop.wait(_POLL)
@@ -186,7 +217,16 @@ class Sebulba:
         group.shutdown()
       finally:
         self._drain(records, logger)
+        if self._replay is not None:
+          self._replay.close()
     return learner_state
+
+  def _start_replay(self) -> None:
+    if self._replay is None:
+      return
+    spec = self.trajectory_spec(self.num_envs_per_actor)
+    self._replay.start(jax.eval_shape(
+        lambda t: jax.tree.map(lambda x: x[0], self.agent.replay_items(t)), spec))
 
   def run_actors(self, seconds: float, warmup_batches: Optional[int] = None) -> float:
     """Env steps/s of the actor threads alone: initial parameters, no learner.
@@ -197,6 +237,9 @@ class Sebulba:
     batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.queue_size)
     store = ParamsStore(self.topology.actor_devices)
     self._start_learner(store)
+    if self._replay is not None:
+      raise ConfigError("run_actors measures actors that feed the learner queue; with a "
+                        "host replay their pace is the replay's rate limiter's.")
     group = _ThreadGroup()
     self._spawn_actors(group, batches, store)
     warmup = 2 * self.num_actor_threads if warmup_batches is None else warmup_batches
@@ -284,7 +327,13 @@ class Sebulba:
           actor_state = next_state
           times["actor_inference"] += t1 - t0
           times["actor_env"] += t2 - t1
-        shards = self._shard_for_learners(self._stack_and_split(entries + [pending]))
+        if self._replay is None:
+          shards = self._shard_for_learners(self._stack_and_split(entries + [pending]))
+        else:
+          shards = None
+          start = time.perf_counter()
+          self._insert(jax.device_get(self._replay_items(entries + [pending])), stop)
+          times["actor_wait_replay"] = time.perf_counter() - start
         history = entries[len(entries) - (overlap - 1):]
         start = time.perf_counter()
         batch = Batch(shards, version, self.steps_per_batch, episodes, times)
@@ -300,6 +349,79 @@ class Sebulba:
           raise _injected_failure("actor")
     finally:
       env.close()
+
+  def _insert(self, items, stop) -> None:
+    """Inserts while the run goes on: the rate limiter may hold inserts back for long."""
+    while not stop.is_set():
+      try:
+        self._replay.insert(items)
+        return
+      except ReplayTimeout:
+        continue
+
+  def _replay_learner_loop(self, state, batches, store, records, stop):
+    """Samples the host replay as fast as its rate limiter allows; actor batches arriving
+    on the queue only bring statistics. Ends when the actors have taken the step budget."""
+    nets, opt, _ = state
+    replay = self._replay
+    key = jax.random.PRNGKey(self.seed + 1)
+    n = len(self.topology.learner_devices)
+    total_steps = self.num_batches * self.steps_per_batch
+    env_steps, version, first = 0, 0, True
+    window_start = time.perf_counter()
+    window = _Window()
+    info_start = replay.info()
+    metrics: Dict[str, Any] = {}
+    while env_steps < total_steps:
+      if stop.is_set():
+        return
+      for batch in _drain_queue(batches):
+        env_steps += batch.env_steps
+        window.add_batch(batch, version)
+      start = time.perf_counter()
+      try:
+        items, keys, probabilities, size = replay.sample_batch(replay.batch_size * n)
+      except ReplayTimeout:
+        window.wait += time.perf_counter() - start
+        continue
+      window.wait += time.perf_counter() - start
+      if self.inject_failure == "learner" and version == 1:
+        raise _injected_failure("learner")
+      sample = Sample(items=items, indices=np.arange(len(keys), dtype=np.int32),
+                      probabilities=np.asarray(probabilities, np.float32),
+                      size=np.full(len(keys), size, np.int32),
+                      priorities=np.zeros(len(keys), np.float32))
+      # [n * batch, ...] -> [n, batch, ...]; `size` is a scalar per replica.
+      sample = jax.tree.map(lambda x: x.reshape(n, -1, *x.shape[1:]), sample)
+      sample = sample._replace(size=sample.size[:, 0])
+      key, learn_key = jax.random.split(key)
+      learn_keys = np.stack([np.asarray(k) for k in jax.random.split(learn_key, n)])
+      start = time.perf_counter()
+      (nets, opt), priorities, metrics = self._learn_sampled(
+          (nets, opt), self._shard_for_learners(sample), learn_keys)
+      replay.write_priorities(keys, np.asarray(priorities).reshape(-1))
+      version += 1
+      store.push(_first_replica(nets), version)
+      metrics = jax.device_get(jax.tree.map(lambda x: x[0], metrics))
+      window.update += time.perf_counter() - start
+      window.updates += 1
+      state[:] = [nets, opt, None]
+      now = time.perf_counter()
+      if first or now - window_start >= self.log_interval or env_steps >= total_steps:
+        info = replay.info()
+        elapsed = now - window_start
+        record = window.record(env_steps, version * self.updates_per_batch, elapsed,
+                               batches.qsize())
+        inserts = info["replay_inserts"] - info_start["replay_inserts"]
+        samples = info["replay_samples"] - info_start["replay_samples"]
+        record.update(replay_size=info["replay_size"], replay_inserts_per_s=inserts / elapsed,
+                      replay_samples_per_s=samples / elapsed,
+                      sample_to_insert_ratio=samples / max(inserts, 1))
+        record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+        record["first"] = first
+        records.put(record)
+        first, window_start, info_start, window = False, now, info, _Window()
+    stop.set()
 
   def _shard_for_learners(self, split: PyTree) -> PyTree:
     """[L, ...] on the actor device -> one array sharded over the learner devices."""
@@ -417,6 +539,49 @@ class _ThreadGroup:
     if alive:
       raise RuntimeError(f"Sebulba threads did not stop within {timeout:.0f} s: "
                          f"{', '.join(alive)}")
+
+
+class _Window:
+  """What the replay learner sums between two metrics records."""
+
+  def __init__(self):
+    self.steps, self.batches, self.updates = 0, 0, 0
+    self.episodes = np.zeros(3)
+    self.wait = self.update = self.lag = 0.0
+    self.actor: Dict[str, float] = {}
+
+  def add_batch(self, batch: "Batch", version: int) -> None:
+    self.steps += batch.env_steps
+    self.batches += 1
+    self.episodes += batch.episodes
+    self.lag += version - batch.params_version
+    for k, v in batch.actor_times.items():
+      self.actor[k] = self.actor.get(k, 0.0) + v
+
+  def record(self, env_steps, updates, elapsed, queue_depth) -> Dict[str, float]:
+    u, b = max(self.updates, 1), max(self.batches, 1)
+    record = dict(env_steps=env_steps, updates=updates, sps=self.steps / elapsed,
+                  learner_update_time=self.update / u, learner_wait_time=self.wait / u,
+                  queue_depth=queue_depth, policy_lag=self.lag / b)
+    record.update({k: v / b for k, v in self.actor.items()})
+    count, return_sum, length_sum = self.episodes
+    if count:
+      record.update(episode_return=return_sum / count, episode_length=length_sum / count,
+                    episodes=count)
+    return record
+
+
+def _drain_queue(q: "queue.Queue") -> List[Any]:
+  out = []
+  while True:
+    try:
+      out.append(q.get_nowait())
+    except queue.Empty:
+      return out
+
+
+def _stack(entries: List[Trajectory]) -> Trajectory:
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *entries)
 
 
 def _act_and_advance_key(act, params, actor_state, timestep, key):

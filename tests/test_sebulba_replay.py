@@ -1,0 +1,117 @@
+"""Sebulba with a host replay: actors insert sequences, the learner samples and writes
+priorities back. A small in-memory host replay stands in for Reverb here, so the runtime's
+side is tested in every lane; Reverb's own tests are in components/test_reverb_replay.py.
+"""
+
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents.r2d2 import config as r2d2_config
+from podracer import registry
+from podracer.components.replay import Sample
+from podracer.errors import ReplayTimeout
+from tests.test_sebulba import one_device, run_in_process, sebulba_threads
+
+
+@registry.replay.register("test_memory")
+class MemoryReplay:
+  """A uniform host replay in a Python list: the host-replay API, nothing more."""
+
+  kind = "host"
+
+  def __init__(self, batch_size, max_size=1000, min_size=1, timeout=0.2, **unused):
+    del unused
+    self.batch_size, self.max_size, self.min_size = batch_size, max_size, min_size
+    self.timeout = timeout
+    self.items, self.priorities = [], []
+    self.inserts = self.samples = 0
+    self.written = []  # (keys, priorities) the learner sent back
+    self.lock = threading.Condition()
+    self.started_with = None
+    self.closed = False
+
+  # in-graph side: the state is the sampled batch
+  def init(self, item_spec):
+    zeros = lambda s: jnp.zeros((self.batch_size, *s.shape), s.dtype)
+    n = self.batch_size
+    return Sample(jax.tree.map(zeros, item_spec), jnp.zeros(n, jnp.int32),
+                  jnp.ones(n, jnp.float32), jnp.zeros((), jnp.int32), jnp.zeros(n))
+
+  def add(self, state, items, priorities=None):
+    return state
+
+  def can_sample(self, state):
+    return jnp.bool_(True)
+
+  def sample(self, state, key):
+    return state
+
+  def update_priorities(self, state, sample, priorities):
+    return state._replace(priorities=priorities)
+
+  # host side
+  def start(self, item_spec):
+    self.started_with = item_spec
+
+  def insert(self, items, priorities=None):
+    leaves, treedef = jax.tree.flatten(items)
+    with self.lock:
+      for i in range(leaves[0].shape[0]):
+        self.items.append(jax.tree.unflatten(treedef, [x[i] for x in leaves]))
+        self.priorities.append(1.0)
+      del self.items[:-self.max_size], self.priorities[:-self.max_size]
+      self.inserts += leaves[0].shape[0]
+      self.lock.notify_all()
+
+  def sample_batch(self, batch_size=None):
+    batch_size = batch_size or self.batch_size
+    with self.lock:
+      if not self.lock.wait_for(lambda: len(self.items) >= self.min_size, self.timeout):
+        raise ReplayTimeout("too few items")
+      keys = np.random.randint(0, len(self.items), batch_size).astype(np.uint64)
+      items = jax.tree.map(lambda *xs: np.stack(xs), *[self.items[k] for k in keys])
+      self.samples += batch_size
+      size = len(self.items)
+    return items, keys, np.full(batch_size, 1.0 / size, np.float32), size
+
+  def write_priorities(self, keys, priorities):
+    self.written.append((np.asarray(keys), np.asarray(priorities)))
+
+  def info(self):
+    with self.lock:
+      return dict(replay_size=len(self.items), replay_inserts=self.inserts,
+                  replay_samples=self.samples)
+
+  def close(self):
+    self.closed = True
+
+
+def test_actors_insert_sequences_and_the_learner_writes_priorities_back():
+  config = one_device(r2d2_config.cartpole_sebulba())
+  config.replay = dict(name="test_memory", batch_size=16, max_size=2000, min_size=64)
+  config.total_env_steps = 20_000
+  config.runtime.log_interval = 0.5
+  records, _, runtime = run_in_process(config)
+  replay = runtime.agent.replay
+
+  assert sebulba_threads() == [] and replay.closed
+  spec = replay.started_with  # one sequence: burn-in + rollout + n-step entries
+  length = config.agent.burn_in + config.runtime.rollout_length + config.agent.n_step
+  assert spec.timestep.observation.shape == (length, 4)
+  assert spec.actor_state.hidden.shape == (config.network.lstm_size,)  # stored LSTM state
+  # Every actor trajectory became one sequence per environment (some may be inserted
+  # after the learner's last count).
+  assert replay.inserts % config.runtime.num_envs_per_actor == 0
+  assert replay.inserts >= records[-1]["env_steps"] // config.runtime.rollout_length
+  assert replay.written, "the learner never wrote priorities back"
+  keys, priorities = replay.written[-1]
+  assert keys.shape == priorities.shape == (16,) and np.all(priorities >= 0)
+  assert np.any(priorities > 0)
+  for key in ("replay_size", "replay_inserts_per_s", "replay_samples_per_s",
+              "sample_to_insert_ratio", "mean_priority", "policy_lag"):
+    assert key in records[-1], key
+  assert records[-1]["env_steps"] >= 20_000
