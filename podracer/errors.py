@@ -22,3 +22,10 @@ class ReplayTimeout(TimeoutError):
 
   Runtimes retry it after checking whether the run is stopping.
   """
+
+
+class ReplayUnavailableError(RuntimeError):
+  """A replay server went away (stopped, killed, unreachable) or its replay was closed.
+
+  The message names the server's address; runtimes stop the run instead of retrying.
+  """

@@ -49,4 +49,4 @@ def importance_weights(sample: Sample, exponent: float) -> jax.Array:
 __all__ = ["Sample", "importance_weights"]
 
 # Importing the implementations registers them (Reverb itself is imported lazily).
-from podracer.components.replay import device  # noqa: E402,F401
+from podracer.components.replay import device, reverb_replay  # noqa: E402,F401
