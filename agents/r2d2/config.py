@@ -56,15 +56,16 @@ def catch_anakin() -> config_dict.ConfigDict:
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
-  """R2D2 on EnvPool's CartPole-v1 under Sebulba, replay on the learner devices.
-
-  (`replay.name=reverb` is accepted by the config, but the Sebulba runtime does not drive
-  host replays yet: it says so.)
-  """
+  """R2D2 on EnvPool's CartPole-v1 under Sebulba: actors write sequences to Reverb (an
+  embedded server), the learner samples them. `--config.replay.name=device` keeps the
+  replay on the learner devices instead (the default lane, which has no Reverb)."""
   c = _base()
   c.total_env_steps = 500_000
   c.env = config_dict.ConfigDict(dict(name="envpool", task_id="CartPole-v1"))
-  c.replay = _replay("device", batch_size=64, max_size=5_000, min_size=256,
+  # Values must propagate over ~100 steps (discount 0.99): 5-step targets and a target
+  # network copied every 50 updates get there in time; low exploration, as for Catch.
+  c.agent.update(dict(n_step=5, target_update_period=50, epsilon_base=0.1))
+  c.replay = _replay("reverb", batch_size=64, max_size=5_000, min_size=256,
                      samples_per_insert=4.0)
   c.runtime = configs.sebulba_runtime(num_envs_per_actor=12, rollout_length=10)
   c.topology = configs.actor_learner_topology()

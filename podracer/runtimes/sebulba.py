@@ -225,8 +225,12 @@ class Sebulba:
     if self._replay is None:
       return
     spec = self.trajectory_spec(self.num_envs_per_actor)
-    self._replay.start(jax.eval_shape(
-        lambda t: jax.tree.map(lambda x: x[0], self.agent.replay_items(t)), spec))
+    item_spec = jax.eval_shape(
+        lambda t: jax.tree.map(lambda x: x[0], self.agent.replay_items(t)), spec)
+    try:
+      self._replay.start(item_spec)
+    except ImportError as e:  # Reverb lives in its own install lane.
+      raise ConfigError(f"{e} Or use --config.replay.name=device.") from e
 
   def run_actors(self, seconds: float, warmup_batches: Optional[int] = None) -> float:
     """Env steps/s of the actor threads alone: initial parameters, no learner.
