@@ -32,6 +32,7 @@ from podracer.types import (ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Tr
 class R2D2ActorState(NamedTuple):
   core: Any             # LSTM state [B, H], before acting on the current timestep
   epsilon: jax.Array    # [B] each environment's exploration rate (Ape-X schedule)
+  steps: jax.Array      # [B] int32: steps acted so far (for `epsilon_anneal_steps`)
 
 
 class R2D2LearnerState(NamedTuple):
@@ -44,6 +45,14 @@ def apex_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> jax.A
   """Ape-X's per-actor exploration: epsilon_i = base^(1 + alpha * i / (N - 1))."""
   i = jnp.arange(num_envs, dtype=jnp.float32)
   return jnp.power(base, 1.0 + alpha * i / max(num_envs - 1, 1))
+
+
+def annealed_epsilon(epsilon: jax.Array, steps: jax.Array, anneal_steps: int) -> jax.Array:
+  """Linearly from 1 (uniformly random) at step 0 to `epsilon` at `anneal_steps`."""
+  if not anneal_steps:
+    return epsilon
+  remaining = jnp.clip(1.0 - steps.astype(jnp.float32) / anneal_steps, 0.0, 1.0)
+  return epsilon + (1.0 - epsilon) * remaining
 
 
 def sequence_priorities(abs_td: jax.Array, mask: jax.Array, eta: float) -> jax.Array:
@@ -81,7 +90,8 @@ class R2D2(Agent):
                discount: float = 0.997, n_step: int = 5, burn_in: int = 40,
                target_update_period: int = 2500, importance_sampling_exponent: float = 0.6,
                priority_eta: float = 0.9, epsilon_base: float = 0.4,
-               epsilon_alpha: float = 7.0, value_rescaling_eps: float = 1e-3):
+               epsilon_alpha: float = 7.0, epsilon_anneal_steps: int = 0,
+               value_rescaling_eps: float = 1e-3):
     super().__init__(spec)
     if n_step < 1 or burn_in < 0:
       raise ValueError(f"`agent.n_step` must be >= 1 and `agent.burn_in` >= 0, got "
@@ -97,6 +107,9 @@ class R2D2(Agent):
     self.priority_eta = priority_eta
     self.epsilon_base = epsilon_base
     self.epsilon_alpha = epsilon_alpha
+    # Ape-X's hundreds of actors explore plenty with fixed epsilons; a few dozen
+    # environments may first need a spell of mostly random actions (0: the paper's).
+    self.epsilon_anneal_steps = epsilon_anneal_steps
     self.tx_pair = rlax.TxPair(
         lambda x: rlax.signed_hyperbolic(x, value_rescaling_eps),
         lambda x: rlax.signed_parabolic(x, value_rescaling_eps))
@@ -114,7 +127,8 @@ class R2D2(Agent):
   def init_actor(self, key, num_envs):
     del key
     return R2D2ActorState(self.network.initial_state(num_envs),
-                          apex_epsilons(num_envs, self.epsilon_base, self.epsilon_alpha))
+                          apex_epsilons(num_envs, self.epsilon_base, self.epsilon_alpha),
+                          jnp.zeros((num_envs,), jnp.int32))
 
   def init_experience(self, trajectory_spec: Trajectory):
     one_item = jax.eval_shape(lambda t: jax.tree.map(lambda x: x[0], self.replay_items(t)),
@@ -129,9 +143,12 @@ class R2D2(Agent):
     explore_key, action_key = jax.random.split(key)
     greedy = jnp.argmax(q, axis=-1)
     random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1])
-    explore = jax.random.uniform(explore_key, greedy.shape) < actor_state.epsilon
+    epsilon = annealed_epsilon(actor_state.epsilon, actor_state.steps,
+                               self.epsilon_anneal_steps)
+    explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
     action = jnp.where(explore, random, greedy).astype(jnp.int32)
-    return ActorOutput(action, {}), actor_state._replace(core=core)
+    return ActorOutput(action, {}), actor_state._replace(core=core,
+                                                         steps=actor_state.steps + 1)
 
   # -- experience ------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ def _base() -> config_dict.ConfigDict:
   c.agent = config_dict.ConfigDict(dict(
       name="r2d2", discount=0.99, n_step=3, burn_in=4, target_update_period=100,
       importance_sampling_exponent=0.6, priority_eta=0.9, epsilon_base=0.4,
-      epsilon_alpha=7.0, value_rescaling_eps=1e-3))
+      epsilon_alpha=7.0, epsilon_anneal_steps=0, value_rescaling_eps=1e-3))
   c.network = config_dict.ConfigDict(dict(
       name="recurrent_q", torso="mlp", hidden_sizes=(64,), activation="relu",
       lstm_size=64, head_hidden_sizes=(64,)))
@@ -63,8 +63,14 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   c.total_env_steps = 500_000
   c.env = config_dict.ConfigDict(dict(name="envpool", task_id="CartPole-v1"))
   # Values must propagate over ~100 steps (discount 0.99): 5-step targets and a target
-  # network copied every 50 updates get there in time; low exploration, as for Catch.
-  c.agent.update(dict(n_step=5, target_update_period=50, epsilon_base=0.1))
+  # network copied every 50 updates get there in time.
+  c.agent.update(dict(n_step=5, target_update_period=50))
+  # A few dozen environments explore too little with Ape-X's fixed epsilons alone (the
+  # greedy policy starts out pushing one way): each starts at random and anneals over
+  # its first 2000 steps (48k env steps for 2 threads x 12) to Ape-X's epsilons. Their
+  # base is low because the reported return is the actors' own, and short exploratory
+  # episodes weigh on that mean.
+  c.agent.update(dict(epsilon_base=0.05, epsilon_anneal_steps=2000))
   c.replay = _replay("reverb", batch_size=64, max_size=5_000, min_size=256,
                      samples_per_insert=4.0)
   c.runtime = configs.sebulba_runtime(num_envs_per_actor=12, rollout_length=10)

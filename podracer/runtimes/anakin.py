@@ -19,6 +19,7 @@ import numpy as np
 from podracer import registry
 from podracer.agent import Agent, first_entries
 from podracer.components.environments.base import VectorEnv, VectorEnvState
+from podracer.components.replay import RateMeter, device_counts
 from podracer.errors import ConfigError
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, EnvSpec, PyTree, Trajectory,
@@ -178,6 +179,9 @@ class Anakin:
 
   def run(self, logger, state: Optional[AnakinState] = None) -> AnakinState:
     state = self.init() if state is None else state
+    replay = getattr(self.agent, "replay", None)
+    counts = device_counts(replay, state.agent.experience)
+    meter = RateMeter(*counts) if counts else None
     env_steps = 0
     for call in range(self.num_calls):
       start = time.perf_counter()
@@ -195,6 +199,8 @@ class Anakin:
         record["episode_length"] = float(np.sum(totals.length_sum)) / count
         record["episodes"] = count
       record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+      if meter:
+        record.update(meter.rates(*device_counts(replay, state.agent.experience)))
       logger.write(record, compile_step=(call == 0))
       if logger.target_reached:
         break

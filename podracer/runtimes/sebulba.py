@@ -28,7 +28,7 @@ import numpy as np
 
 from podracer import registry
 from podracer.agent import Agent, first_entries
-from podracer.components.replay import Sample
+from podracer.components.replay import RateMeter, Sample, device_counts
 from podracer.errors import ConfigError, ReplayTimeout, ThreadFailure
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import REPLICA_AXIS, EnvSpec, PyTree, TimeStep, Trajectory, strip_weak_types
@@ -92,11 +92,6 @@ class Sebulba:
     if not hasattr(topology, "actor_devices"):
       raise ConfigError("Sebulba needs a topology that splits actor and learner devices "
                         "(`topology.name=actor_learner`).")
-    num_learners = len(topology.learner_devices)
-    if num_envs_per_actor % num_learners:
-      raise ConfigError(
-          f"`runtime.num_envs_per_actor` ({num_envs_per_actor}) must divide evenly over "
-          f"the {num_learners} learner devices.")
     if inject_failure not in ("", "actor", "learner"):
       raise ConfigError("`runtime.inject_failure` is '', 'actor' or 'learner'.")
     self.env_factory = env_factory
@@ -139,6 +134,12 @@ class Sebulba:
     replay = getattr(agent, "replay", None)
     # A host replay (Reverb) takes the actors' sequences instead of the learner queue.
     self._replay = replay if getattr(replay, "kind", None) == "host" else None
+    num_learners = len(self.topology.learner_devices)
+    # Without a host replay, each actor's trajectory is split over the learners.
+    if self._replay is None and self.num_envs_per_actor % num_learners:
+      raise ConfigError(
+          f"`runtime.num_envs_per_actor` ({self.num_envs_per_actor}) must divide evenly "
+          f"over the {num_learners} learner devices.")
     if self._replay is not None:
       self._replay_items = jax.jit(lambda entries: agent.replay_items(_stack(entries)))
       self._learn_sampled = jax.pmap(
@@ -374,7 +375,8 @@ class Sebulba:
     env_steps, version, first = 0, 0, True
     window_start = time.perf_counter()
     window = _Window()
-    info_start = replay.info()
+    info = replay.info()
+    meter = RateMeter(info["replay_inserts"], info["replay_samples"])
     metrics: Dict[str, Any] = {}
     while env_steps < total_steps:
       if stop.is_set():
@@ -416,15 +418,12 @@ class Sebulba:
         elapsed = now - window_start
         record = window.record(env_steps, version * self.updates_per_batch, elapsed,
                                batches.qsize())
-        inserts = info["replay_inserts"] - info_start["replay_inserts"]
-        samples = info["replay_samples"] - info_start["replay_samples"]
-        record.update(replay_size=info["replay_size"], replay_inserts_per_s=inserts / elapsed,
-                      replay_samples_per_s=samples / elapsed,
-                      sample_to_insert_ratio=samples / max(inserts, 1))
+        record["replay_size"] = info["replay_size"]
+        record.update(meter.rates(info["replay_inserts"], info["replay_samples"]))
         record.update({k: float(np.mean(v)) for k, v in metrics.items()})
         record["first"] = first
         records.put(record)
-        first, window_start, info_start, window = False, now, info, _Window()
+        first, window_start, window = False, now, _Window()
     stop.set()
 
   def _shard_for_learners(self, split: PyTree) -> PyTree:
@@ -443,6 +442,8 @@ class Sebulba:
     nets, opt, experience = state
     key = jax.random.PRNGKey(self.seed + 1)
     n = len(self.topology.learner_devices)
+    replay = getattr(self.agent, "replay", None)
+    meter = RateMeter()  # Used only with a device replay on the learners.
     window_start = time.perf_counter()
     window = dict(steps=0, episodes=np.zeros(3), wait=0.0, update=0.0, lag=0.0, batches=0,
                   actor=dict())
@@ -496,6 +497,9 @@ class Sebulba:
           record.update(episode_return=return_sum / count,
                         episode_length=length_sum / count, episodes=count)
         record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+        counts = device_counts(replay, experience)
+        if counts:
+          record.update(meter.rates(*counts))
         record["first"] = batch_index == 0
         records.put(record)
         window_start = now

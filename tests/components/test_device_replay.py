@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from podracer import builder, registry
-from podracer.components.replay import Sample, importance_weights
+from podracer.components.replay import RateMeter, Sample, device_counts, importance_weights
 from podracer.components.replay.device import DeviceReplay, DeviceReplayState
 
 SPEC = {"obs": jax.ShapeDtypeStruct((3,), jnp.float32),
@@ -195,6 +195,26 @@ def test_can_sample_respects_min_size():
   state = replay.init(SPEC)
   assert not bool(replay.can_sample(state))
   assert bool(replay.can_sample(replay.add(state, _items([0]))))
+
+
+def test_counts_are_summed_over_replicas_and_become_rates(monkeypatch):
+  replay = DeviceReplay(max_size=8, batch_size=3)
+  state = replay.add(replay.init(SPEC), _items([1, 2]))
+  sample = replay.sample(state, jax.random.PRNGKey(0))
+  state = replay.update_priorities(state, sample, jnp.ones(3))
+  assert device_counts(replay, state) == (2, 3)
+  stacked = jax.tree.map(lambda x: jnp.stack([x, x]), state)  # two replicas
+  assert device_counts(replay, stacked) == (4, 6)
+  assert device_counts(object(), state) is None  # replays without counters: no rates
+
+  clock = iter([10.0, 12.0, 16.0])
+  monkeypatch.setattr("podracer.components.replay.time.perf_counter", lambda: next(clock))
+  meter = RateMeter(inserts=100, samples=0)
+  assert meter.rates(140, 100) == dict(replay_inserts_per_s=20.0, replay_samples_per_s=50.0,
+                                       sample_to_insert_ratio=2.5)
+  # Rates are over the window since the previous record only.
+  assert meter.rates(140, 120) == dict(replay_inserts_per_s=0.0, replay_samples_per_s=5.0,
+                                       sample_to_insert_ratio=20.0)
 
 
 @pytest.mark.parametrize("kwargs, argument", [

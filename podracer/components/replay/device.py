@@ -144,6 +144,11 @@ class DeviceReplay:
   def size(self, state: DeviceReplayState) -> jax.Array:
     return state.size
 
+  def counts(self, state: DeviceReplayState):
+    """(items added, sampled items given new priorities) in total; per replica when the
+    state is replicated. The runtime turns them into rates."""
+    return state.inserts, state.samples
+
   def sample(self, state: DeviceReplayState, key: jax.Array) -> Sample:
     """`batch_size` slots drawn with replacement, proportionally to priority^alpha."""
     valid = state.priorities > 0
