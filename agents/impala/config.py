@@ -19,9 +19,10 @@ def _base() -> config_dict.ConfigDict:
   c.agent = config_dict.ConfigDict(dict(name="impala", discount=0.99))
   c.network = config_dict.ConfigDict(dict(
       name="mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh"))
+  # Tuned for CartPole with a mean over the batch (its eps and clip are set for that).
   c.loss = config_dict.ConfigDict(dict(
       name="vtrace", baseline_coef=0.5, entropy_coef=0.01, clip_rho_threshold=1.0,
-      clip_pg_rho_threshold=1.0, lambda_=1.0))
+      clip_pg_rho_threshold=1.0, lambda_=1.0, reduction="mean"))
   c.optimizer = config_dict.ConfigDict(dict(
       name="rmsprop", learning_rate=7e-4, decay=0.99, eps=1e-5, max_grad_norm=0.5,
       anneal=False))
@@ -53,28 +54,35 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   return c
 
 
-def pong_sebulba() -> config_dict.ConfigDict:
-  """IMPALA with the deep ResNet torso on EnvPool's Pong-v5 (Espeholt et al. 2018, Atari).
+def _atari_agent(c: config_dict.ConfigDict) -> None:
+  """The IMPALA paper's Atari agent (Espeholt et al. 2018): the deep ResNet torso, RMSProp
+  (lr 6e-4 annealed to 0, decay 0.99, eps 0.01, momentum 0), global gradient norm 40,
+  entropy 0.01, baseline 0.5, discount 0.99.
 
-  The paper's Atari hyperparameters: RMSProp (lr 6e-4 annealed to 0, decay 0.99,
-  eps 0.01), global gradient norm 40, entropy 0.01, baseline 0.5, unroll 20, clipped
-  rewards, episodic life. Episode returns are reported from true game ends.
+  The paper's losses are SUMS over time and batch (scalable_agent's experiment.py), and
+  RMSProp's eps (inside the square root) and the clipping norm are absolute scales set for
+  those sums: with a mean over 480 transitions the gradients are 480x smaller, eps
+  dominates the denominator and each update is ~100x too small (the policy never moves).
+  Hence `reduction="sum"`.
   """
-  c = _base()
-  c.total_env_steps = 50_000_000
-  c.env = config_dict.ConfigDict(dict(
-      name="envpool", task_id="Pong-v5", episodic_life=True, reward_clip=True,
-      stack_num=4, img_height=84, img_width=84, noop_max=30,
-      repeat_action_probability=0.0))
-  c.network = config_dict.ConfigDict(dict(
-      name="atari_actor_critic", torso="impala", channels_first=True, channels=(16, 32, 32),
-      hidden_size=256))
+  c.network = configs.impala_resnet()
   c.loss = config_dict.ConfigDict(dict(
       name="vtrace", baseline_coef=0.5, entropy_coef=0.01, clip_rho_threshold=1.0,
-      clip_pg_rho_threshold=1.0, lambda_=1.0))
+      clip_pg_rho_threshold=1.0, lambda_=1.0, reduction="sum"))
   c.optimizer = config_dict.ConfigDict(dict(
       name="rmsprop", learning_rate=6e-4, decay=0.99, eps=0.01, max_grad_norm=40.0,
       anneal=True))
+
+
+def pong_sebulba() -> config_dict.ConfigDict:
+  """IMPALA with the deep ResNet torso on EnvPool's Pong-v5, the paper's Atari settings
+  (`_atari_agent`): unroll 20, clipped rewards, episodic life. Episode returns are
+  reported from true game ends.
+  """
+  c = _base()
+  c.total_env_steps = 50_000_000
+  c.env = configs.envpool_atari("Pong-v5")
+  _atari_agent(c)
   # 24 envs per actor thread split evenly over 1, 2, 3, 4, 6 or 8 learner devices.
   c.runtime = configs.sebulba_runtime(num_envs_per_actor=24, rollout_length=20,
                                      log_interval=10.0)
@@ -82,8 +90,21 @@ def pong_sebulba() -> config_dict.ConfigDict:
   return c
 
 
+def pixel_catch_anakin() -> config_dict.ConfigDict:
+  """IMPALA's Atari agent (`_atari_agent`: ResNet, RMSProp, summed losses) on Catch seen
+  as uint8 frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
+  c = _base()
+  c.env = config_dict.ConfigDict(dict(name="pixel_catch", rows=10, columns=5, scale=2,
+                                      stack=4))
+  _atari_agent(c)
+  c.runtime = config_dict.ConfigDict(dict(
+      name="anakin", num_envs_per_device=32, rollout_length=20, updates_per_call=8))
+  c.total_env_steps = 20 * 32 * 8 * 16  # 81,920: 16 calls of 8 updates.
+  return c
+
+
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
-           "pong_sebulba": pong_sebulba}
+           "pong_sebulba": pong_sebulba, "pixel_catch_anakin": pixel_catch_anakin}
 
 
 def get_config(name: str = "cartpole_anakin") -> config_dict.ConfigDict:

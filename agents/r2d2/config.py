@@ -87,10 +87,7 @@ def atari_sebulba() -> config_dict.ConfigDict:
   clipping and no life loss as episode end."""
   c = _base()
   c.total_env_steps = 200_000_000
-  c.env = config_dict.ConfigDict(dict(
-      name="envpool", task_id="Pong-v5", episodic_life=False, reward_clip=False,
-      stack_num=4, img_height=84, img_width=84, noop_max=30,
-      repeat_action_probability=0.0))
+  c.env = configs.envpool_atari("Pong-v5", episodic_life=False, reward_clip=False)
   c.agent.update(dict(discount=0.997, n_step=5, burn_in=40, target_update_period=2500))
   c.network = config_dict.ConfigDict(dict(
       name="recurrent_q", torso="nature", hidden_sizes=(512,), activation="relu",
