@@ -48,7 +48,8 @@ class Experiment:
 
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
           print_interval: float = 1.0) -> Dict[str, Any]:
-    logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
+    # Kept so that a launcher can still report a run that a signal stopped.
+    self.logger = logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
                            total_env_steps=self.runtime.num_calls * self.runtime.steps_per_call,
                            stop_at_return=self.config.get("stop_at_return"))
     try:

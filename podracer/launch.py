@@ -6,7 +6,8 @@
 Writes DIR/config.json (the resolved config), DIR/metrics.jsonl and, at the end,
 DIR/learning_curve.png. Exit status: 0 when the run ends, 2 with one paragraph saying why
 when the config cannot be built, 1 with the thread's traceback when a runtime thread fails,
-130 on Ctrl-C (after all threads and environments are stopped).
+130 on Ctrl-C and 143 on SIGTERM (after all threads and environments are stopped and the
+metrics, plot and `result:` line are written; see podracer/preemption.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import textwrap
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from podracer import preemption
 from podracer.errors import ConfigError, ThreadFailure
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -28,7 +30,7 @@ _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks for config errors to
 
 EXIT_CONFIG_ERROR = 2
 EXIT_THREAD_FAILURE = 1
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = preemption.EXIT_INTERRUPTED
 
 
 def _fail(message: str) -> None:
@@ -45,13 +47,24 @@ def run(config, workdir=None, stream=sys.stdout):
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
-  summary = experiment.run(workdir=workdir, stream=stream)
+  try:
+    summary = experiment.run(workdir=workdir, stream=stream)
+  except KeyboardInterrupt as interrupt:
+    # The runtime stopped its threads and environments, and the logger wrote the plot.
+    _report(dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt)),
+            workdir, stream)
+    raise
   summary.pop("records", None)
+  _report(summary, workdir, stream)
+  return summary
+
+
+def _report(summary, workdir, stream) -> None:
   if stream:
     stream.write("result: " + json.dumps(summary) + "\n")
     if workdir:
       stream.write(f"wrote {workdir}/metrics.jsonl, config.json, learning_curve.png\n")
-  return summary
+    stream.flush()
 
 
 def _parse_flags(argv):
@@ -76,6 +89,7 @@ def main(argv):
           "--config.KEY=VALUE.")
   if _CONFIG.value is None:
     _fail("no config given; pass --config=path/to/config.py:NAME.")
+  preemption.handle_sigterm()
   try:
     run(_CONFIG.value, _WORKDIR.value)
   except ConfigError as e:
@@ -86,10 +100,12 @@ def main(argv):
     # The runtime stopped its other threads and environments before raising.
     sys.stderr.write(f"Run stopped because a thread failed.\n{e}\n")
     sys.exit(EXIT_THREAD_FAILURE)
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as interrupt:
     # Runtimes stop their threads and environments before this propagates.
-    sys.stderr.write("Interrupted; all threads and environments were stopped.\n")
-    sys.exit(EXIT_INTERRUPTED)
+    name = preemption.stopped_by(interrupt)
+    what = "Interrupted" if name == "SIGINT" else f"Stopped by {name}"
+    sys.stderr.write(f"{what}; all threads and environments were stopped.\n")
+    sys.exit(preemption.exit_status(interrupt))
 
 
 def entry_point():

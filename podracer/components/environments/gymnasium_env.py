@@ -40,6 +40,13 @@ def env_factory(env_id: str, env_kwargs: dict, parent_pid: int):
     import sys  # pylint: disable=g-import-not-at-top,reimported,redefined-outer-name
     # Gymnasium also calls this once in the parent, to read the spaces: leave that alone.
     if os.getpid() != parent_pid:
+      import signal  # pylint: disable=g-import-not-at-top
+      # The parent owns a worker's lifetime and closes it. A signal sent to the whole
+      # process group (Ctrl-C in a terminal, SLURM's SIGTERM to every process of a job)
+      # would otherwise kill workers mid-message, each printing EOFError/BrokenPipeError
+      # tracebacks while the parent is still shutting down cleanly.
+      signal.signal(signal.SIGINT, signal.SIG_IGN)
+      signal.signal(signal.SIGTERM, signal.SIG_IGN)
       os.environ.update(env_vars)
       # A spawned worker re-imports the parent's main module, which may import JAX, and
       # JAX reads JAX_PLATFORMS on import; no backend has started, so the flag still works.
