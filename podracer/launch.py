@@ -20,7 +20,7 @@ import textwrap
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from podracer import preemption
+from podracer import preemption, validation
 from podracer.errors import ConfigError, ThreadFailure
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -34,17 +34,21 @@ EXIT_INTERRUPTED = preemption.EXIT_INTERRUPTED
 
 
 def _fail(message: str) -> None:
-  sys.stderr.write("\n".join(textwrap.wrap(f"Config error: {message}", width=88)) + "\n")
+  # Paths and keys stay whole: a line break inside one would misquote it.
+  lines = textwrap.wrap(f"Config error: {message}", width=88, break_on_hyphens=False,
+                        break_long_words=False)
+  sys.stderr.write("\n".join(lines) + "\n")
   sys.exit(EXIT_CONFIG_ERROR)
 
 
 def run(config, workdir=None, stream=sys.stdout):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
+  validation.check_config(config)
+  validation.check_workdir(workdir)
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
   experiment = builder.build(config)
   if workdir:
-    os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
   try:
@@ -87,8 +91,12 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {' '.join(argv[1:])!r}; overrides look like "
           "--config.KEY=VALUE.")
-  if _CONFIG.value is None:
+  if not flags.FLAGS["config"].present:
     _fail("no config given; pass --config=path/to/config.py:NAME.")
+  try:  # Before the config's value is read, which would chain three tracebacks.
+    validation.check_config_file(config_flags.get_config_filename(flags.FLAGS["config"]))
+  except ConfigError as e:
+    _fail(str(e))
   preemption.handle_sigterm()
   try:
     run(_CONFIG.value, _WORKDIR.value)
