@@ -19,7 +19,7 @@ import inspect
 import sys
 from typing import Any, Dict, Optional, TextIO
 
-from podracer import registry
+from podracer import guards, registry
 from podracer.errors import ConfigError
 from podracer.metrics import MetricsLogger
 
@@ -53,7 +53,7 @@ class Experiment:
                            total_env_steps=self.runtime.num_calls * self.runtime.steps_per_call,
                            stop_at_return=self.config.get("stop_at_return"))
     try:
-      self.runtime.run(logger)
+      self.runtime.run(guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop")))
     finally:
       logger.close(title=_title(self.config))
     return dict(logger.summary(), records=logger.records)
@@ -127,5 +127,6 @@ def build(config: Any) -> Experiment:
                            env_factory=env_factory, topology=topology, seed=config.seed,
                            total_env_steps=config.total_env_steps)
   agent = build_agent(config, runtime.spec, runtime.num_updates)
-  runtime.setup(agent)
+  # The runtime steps a guarded agent; the experiment shows the agent as built.
+  runtime.setup(guards.GuardedAgent(agent, config.get("nan_policy", "stop")))
   return Experiment(config, runtime, agent)

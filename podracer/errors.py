@@ -17,6 +17,14 @@ class ThreadFailure(RuntimeError):
   """
 
 
+class NonFiniteError(RuntimeError):
+  """A loss, metric or parameter became NaN or infinite (see podracer/guards.py).
+
+  The launcher prints the message, which names the metrics and updates, and exits with
+  status 1.
+  """
+
+
 class ReplayTimeout(TimeoutError):
   """A replay call waited its timeout (rate limiter, too few items) on a live server.
 

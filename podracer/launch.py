@@ -21,7 +21,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from podracer import preemption, validation
-from podracer.errors import ConfigError, ThreadFailure
+from podracer.errors import ConfigError, NonFiniteError, ThreadFailure
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, as path/to/config.py:NAME.", lock_config=True)
@@ -104,6 +104,9 @@ def main(argv):
     if _DEBUG.value:
       raise
     _fail(str(e))
+  except NonFiniteError as e:
+    sys.stderr.write(f"Run stopped: {e}\n")
+    sys.exit(EXIT_THREAD_FAILURE)
   except ThreadFailure as e:
     # The runtime stopped its other threads and environments before raising.
     sys.stderr.write(f"Run stopped because a thread failed.\n{e}\n")

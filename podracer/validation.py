@@ -46,6 +46,11 @@ def check_config(config: Any) -> None:
       raise ConfigError(f"Config key `{key}` counts something and must be a positive "
                         f"integer, got {value!r}; set it with --config.{key}=N, N >= 1.")
   _check_minibatches(config)
+  from podracer.guards import NAN_POLICIES  # Imports JAX: keep the file check above fast.
+  policy = config.get("nan_policy", "stop")
+  if policy not in NAN_POLICIES:
+    raise ConfigError(f"Config key `nan_policy` is one of {', '.join(map(repr, NAN_POLICIES))}"
+                      f" (what a non-finite loss or parameter does), got {policy!r}.")
 
 
 def _check_minibatches(config: Any) -> None:

@@ -13,6 +13,7 @@ from podracer import configs
 def _base() -> config_dict.ConfigDict:
   c = config_dict.ConfigDict()
   c.seed = 0
+  c.nan_policy = "stop"  # Or "skip_update": see podracer/guards.py.
   c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
   c.total_env_steps = 500_000
   c.env = config_dict.ConfigDict(dict(name="cartpole"))
