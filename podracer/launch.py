@@ -22,10 +22,15 @@ from ml_collections import config_flags
 
 from podracer import preemption, validation
 from podracer.errors import ConfigError, NonFiniteError, ThreadFailure
+from podracer.metrics import METRICS_FILE
+from podracer.workdir import CONFIG_FILE, prepare as prepare_workdir
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, as path/to/config.py:NAME.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, config and plots go.")
+_FRESH = flags.DEFINE_bool(
+    "fresh", False, "Start over in a workdir that holds a previous run, moving its files "
+    "into WORKDIR/previous/<UTC time>/ (nothing is deleted).")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks for config errors too.")
 
 EXIT_CONFIG_ERROR = 2
@@ -41,15 +46,17 @@ def _fail(message: str) -> None:
   sys.exit(EXIT_CONFIG_ERROR)
 
 
-def run(config, workdir=None, stream=sys.stdout):
+def run(config, workdir=None, stream=sys.stdout, fresh=False):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
   validation.check_config(config)
-  validation.check_workdir(workdir)
+  moved = prepare_workdir(workdir, fresh)
+  if moved and stream:
+    stream.write(f"moved the previous run's files to {moved}\n")
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
   experiment = builder.build(config)
   if workdir:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
+    with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
   try:
     summary = experiment.run(workdir=workdir, stream=stream)
@@ -57,6 +64,11 @@ def run(config, workdir=None, stream=sys.stdout):
     # The runtime stopped its threads and environments, and the logger wrote the plot.
     _report(dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt)),
             workdir, stream)
+    raise
+  except Exception:
+    if workdir and not experiment.logger.records:
+      sys.stderr.write(f"The run recorded no metrics before it failed: {workdir}/"
+                       f"{METRICS_FILE} is empty and no learning curve was plotted.\n")
     raise
   summary.pop("records", None)
   _report(summary, workdir, stream)
@@ -67,7 +79,8 @@ def _report(summary, workdir, stream) -> None:
   if stream:
     stream.write("result: " + json.dumps(summary) + "\n")
     if workdir:
-      stream.write(f"wrote {workdir}/metrics.jsonl, config.json, learning_curve.png\n")
+      plot = ", learning_curve.png" if summary.get("env_steps") else " (empty: no records)"
+      stream.write(f"wrote {workdir}/{METRICS_FILE}, {CONFIG_FILE}{plot}\n")
     stream.flush()
 
 
@@ -99,7 +112,7 @@ def main(argv):
     _fail(str(e))
   preemption.handle_sigterm()
   try:
-    run(_CONFIG.value, _WORKDIR.value)
+    run(_CONFIG.value, _WORKDIR.value, fresh=_FRESH.value)
   except ConfigError as e:
     if _DEBUG.value:
       raise

@@ -46,7 +46,7 @@ class MetricsLogger:
       record["includes_compilation"] = True
     self.records.append(record)
     if self._file:
-      self._file.write(json.dumps(record) + "\n")
+      self._file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
       self._file.flush()
     if (self.stop_at_return is not None and not self.target_reached
         and record.get("episode_return", -math.inf) >= self.stop_at_return):
@@ -99,7 +99,7 @@ class MetricsLogger:
     if self._file:
       self._file.close()
       self._file = None
-    if not self.workdir:
+    if not self.workdir or not self.records:  # No plot rather than a blank one.
       return None
     return plot_learning_curve(self.records, os.path.join(self.workdir, PLOT_FILE), title)
 
@@ -128,6 +128,12 @@ def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
+
+
+def strict_json(record: Dict[str, Any]) -> Dict[str, Any]:
+  """NaN and infinities become null: strict JSON readers reject Python's bare NaN."""
+  return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+          for k, v in record.items()}
 
 
 def _plain(v: Any) -> Any:

@@ -4,12 +4,12 @@ Each check raises `ConfigError` with one paragraph naming the key and saying wha
 work; the launcher prints it and exits with status 2. Components still check their own
 arguments when they are built: these are the mistakes that would otherwise surface as a
 ZeroDivisionError or a JAX shape error deep in a runtime, or after the whole build.
+The workdir is checked by `podracer.workdir`.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any, Optional
 
 from podracer.errors import ConfigError
@@ -68,21 +68,6 @@ def _check_minibatches(config: Any) -> None:
         f"`agent.num_minibatches` = {minibatches} minibatches of equal size, which "
         f"{transitions} does not allow; choose a divisor of {transitions} "
         f"(e.g. {', '.join(map(str, fits[-4:]))}) or change the other two.")
-
-
-def check_workdir(workdir: Optional[str]) -> None:
-  """The workdir must be creatable and writable: found now, not after the build."""
-  if not workdir:
-    return
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.TemporaryFile(dir=workdir):
-      pass
-  except OSError as e:
-    reason = e.strerror or str(e)
-    raise ConfigError(f"--workdir={workdir} cannot be used: {reason}. Metrics, the "
-                      "config and the plot are written there; pass a directory you can "
-                      "create and write to.") from e
 
 
 def _lookup(config: Any, dotted: str) -> Any:

@@ -51,10 +51,3 @@ def test_sizes_must_be_positive_integers_and_unset_placeholders_pass():
   with pytest.raises(ConfigError, match="`agent.num_epochs`"):
     validation.check_config(config)
 
-
-def test_workdir_that_is_a_file_is_refused(tmp_path):
-  (tmp_path / "file").write_text("")
-  with pytest.raises(ConfigError, match="cannot be used"):
-    validation.check_workdir(str(tmp_path / "file" / "run"))
-  validation.check_workdir(str(tmp_path / "new" / "run"))
-  assert (tmp_path / "new" / "run").is_dir()
