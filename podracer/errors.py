@@ -25,6 +25,11 @@ class NonFiniteError(RuntimeError):
   """
 
 
+class EnvironmentWorkerError(RuntimeError):
+  """An environment worker process died; the message names it, its exit code or signal,
+  and the exception it reported, if any."""
+
+
 class ReplayTimeout(TimeoutError):
   """A replay call waited its timeout (rate limiter, too few items) on a live server.
 
