@@ -40,6 +40,8 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "optax>=0.2.3",
     "rlax>=0.1.7",
+    # TensorBoard event files without TensorFlow (needs protobuf only).
+    "tensorboardX>=2.6",
 ]
 
 EXTRAS_REQUIRE = {

@@ -1,4 +1,5 @@
-"""Where a run's numbers go: a progress line, `metrics.jsonl`, and a learning-curve plot."""
+"""Where a run's numbers go: a progress line, `metrics.jsonl`, TensorBoard event files
+(podracer/tensorboard.py) and a learning-curve plot."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import sys
 import time
 from typing import Any, Dict, List, Optional, TextIO
+
+from podracer import tensorboard
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "learning_curve.png"
@@ -35,9 +38,11 @@ class MetricsLogger:
     self._start = time.perf_counter()
     self._last_print = -math.inf
     self._file = None
+    self._tensorboard = None
     if workdir:
       os.makedirs(workdir, exist_ok=True)
       self._file = open(os.path.join(workdir, METRICS_FILE), "w")
+      self._tensorboard = tensorboard.open_writer(workdir)
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
     record = {k: _plain(v) for k, v in record.items()}
@@ -48,6 +53,8 @@ class MetricsLogger:
     if self._file:
       self._file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
       self._file.flush()
+    if self._tensorboard:
+      self._tensorboard.write(record)
     if (self.stop_at_return is not None and not self.target_reached
         and record.get("episode_return", -math.inf) >= self.stop_at_return):
       self.target_reached = True
@@ -99,6 +106,9 @@ class MetricsLogger:
     if self._file:
       self._file.close()
       self._file = None
+    if self._tensorboard:
+      self._tensorboard.close()
+      self._tensorboard = None
     if not self.workdir or not self.records:  # No plot rather than a blank one.
       return None
     return plot_learning_curve(self.records, os.path.join(self.workdir, PLOT_FILE), title)

@@ -16,11 +16,10 @@ from typing import Optional
 
 from podracer.errors import ConfigError
 from podracer.metrics import METRICS_FILE, PLOT_FILE
+from podracer.tensorboard import EVENTS_PREFIX
 
 CONFIG_FILE = "config.json"
 PREVIOUS_DIR = "previous"
-# What a run writes into its workdir; TensorBoard event files start with this prefix.
-EVENTS_PREFIX = "events.out.tfevents."
 
 
 def check_writable(workdir: str) -> None:

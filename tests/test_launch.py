@@ -10,7 +10,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def launch(*args, timeout=300):
-  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  # The launcher sees what this process sees, this checkout first.
+  path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+  env = dict(os.environ, PYTHONPATH=path)
   env.pop("XLA_FLAGS", None)  # The launcher runs as a user would: host devices only.
   return subprocess.run([sys.executable, "-m", "podracer.launch", *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=timeout)

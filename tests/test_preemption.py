@@ -25,7 +25,8 @@ def get_config():
 
 
 def start(config, workdir):
-  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
   env.pop("XLA_FLAGS", None)  # Host devices only, as a user runs it.
   return subprocess.Popen(
       [sys.executable, "-m", "podracer.launch", f"--config={config}", f"--workdir={workdir}",
