@@ -21,7 +21,7 @@ import inspect
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO
 
-from podracer import guards, registry
+from podracer import checkpoint, guards, registry
 from podracer.errors import ConfigError
 from podracer.metrics import MetricsLogger
 
@@ -53,14 +53,23 @@ class Experiment:
 
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
           print_interval: float = 1.0) -> Dict[str, Any]:
+    self.checkpointer = checkpointer = checkpoint.for_run(self.config, self.runtime, workdir)
+    resumed = checkpointer.num_records() if checkpointer else None
     # Kept so that a launcher can still report a run that a signal stopped.
     self.logger = logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
                            total_env_steps=self.runtime.num_calls * self.runtime.steps_per_call,
-                           stop_at_return=self.config.get("stop_at_return"))
+                           stop_at_return=self.config.get("stop_at_return"),
+                           resume_records=resumed)
+    watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     try:
-      self.runtime.run(guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop")))
+      if checkpointer:
+        self.runtime.run(watched, checkpointer=checkpointer)
+      else:
+        self.runtime.run(watched)
     finally:
       logger.close(title=_title(self.config))
+      if checkpointer:
+        checkpointer.close()
     return dict(logger.summary(), records=logger.records)
 
 

@@ -49,9 +49,9 @@ def _fail(message: str) -> None:
 def run(config, workdir=None, stream=sys.stdout, fresh=False):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
   validation.check_config(config)
-  moved = prepare_workdir(workdir, fresh)
-  if moved and stream:
-    stream.write(f"moved the previous run's files to {moved}\n")
+  found = prepare_workdir(workdir, fresh, config)
+  if found and stream:
+    stream.write(found + "\n")
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
   experiment = builder.build(config)
@@ -64,6 +64,11 @@ def run(config, workdir=None, stream=sys.stdout, fresh=False):
     # The runtime stopped its threads and environments, and the logger wrote the plot.
     _report(dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt)),
             workdir, stream)
+    saved = getattr(experiment.checkpointer, "saved_step", None)
+    if saved is not None and stream:
+      stream.write(f"saved a checkpoint at env steps "
+                   f"{saved * experiment.runtime.steps_per_call:,} in "
+                   f"{experiment.checkpointer.directory}; relaunch to resume\n")
     raise
   except Exception:
     if workdir and not experiment.logger.records:

@@ -30,7 +30,8 @@ class MetricsLogger:
 
   def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
                print_interval: float = 1.0, total_env_steps: Optional[int] = None,
-               stop_at_return: Optional[float] = None):
+               stop_at_return: Optional[float] = None,
+               resume_records: Optional[int] = None):
     self.workdir = workdir
     self.stream = stream
     self.print_interval = print_interval
@@ -44,7 +45,11 @@ class MetricsLogger:
     self._tensorboard = None
     if workdir:
       os.makedirs(workdir, exist_ok=True)
-      self._file = open(os.path.join(workdir, METRICS_FILE), "w")
+      path = os.path.join(workdir, METRICS_FILE)
+      if resume_records is not None:  # Continues a checkpointed run: see checkpoint.py.
+        self.records = _truncate(path, resume_records)
+        self._start -= self.records[-1]["wall_time"] if self.records else 0.0
+      self._file = open(path, "w" if resume_records is None else "a")
       self._tensorboard = tensorboard.open_writer(workdir)
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
@@ -169,6 +174,15 @@ def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
+
+
+def _truncate(path: str, num_records: int) -> List[Dict[str, Any]]:
+  """Keeps the first `num_records` lines of a metrics file; returns them as records."""
+  with open(path) as f:
+    lines = f.readlines()[:num_records]
+  with open(path, "w") as f:
+    f.writelines(lines)
+  return [json.loads(line) for line in lines]
 
 
 def strict_json(record: Dict[str, Any]) -> Dict[str, Any]:

@@ -22,7 +22,7 @@ POSITIVE_INTS = (
     "topology.num_devices", "topology.num_actors", "topology.num_learners",
     "agent.num_epochs", "agent.num_minibatches", "agent.n_step",
     "agent.target_update_period",
-    "replay.batch_size", "replay.max_size",
+    "replay.batch_size", "replay.max_size", "checkpoints_to_keep",
 )
 
 
@@ -46,6 +46,10 @@ def check_config(config: Any) -> None:
       raise ConfigError(f"Config key `{key}` counts something and must be a positive "
                         f"integer, got {value!r}; set it with --config.{key}=N, N >= 1.")
   _check_minibatches(config)
+  interval = config.get("checkpoint_interval", 0.0)
+  if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
+    raise ConfigError(f"Config key `checkpoint_interval` is the number of seconds between "
+                      f"checkpoints, >= 0, got {interval!r}.")
   from podracer.guards import NAN_POLICIES  # Imports JAX: keep the file check above fast.
   policy = config.get("nan_policy", "stop")
   if policy not in NAN_POLICIES:

@@ -34,6 +34,15 @@ def start(config, workdir):
       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def wait_for_records(process, metrics, count, timeout=180, poll=0.2):
+  """Waits until the running launcher `process` has written `count` metrics records."""
+  deadline = time.monotonic() + timeout
+  while not (metrics.exists() and len(metrics.read_text().splitlines()) >= count):
+    assert process.poll() is None, process.communicate()[1]
+    assert time.monotonic() < deadline, f"no {count} records within {timeout} s"
+    time.sleep(poll)
+
+
 def children(pid):
   """Pids of the processes whose parent is `pid` (environment workers, trackers)."""
   found = []
@@ -66,11 +75,7 @@ def test_sigterm_stops_within_10s_writes_outputs_and_exits_143(case, tmp_path):
   workdir = tmp_path / "run"
   process = start(config, workdir)
   metrics = workdir / "metrics.jsonl"
-  deadline = time.monotonic() + 180
-  while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
-    assert process.poll() is None, process.communicate()[1]
-    assert time.monotonic() < deadline
-    time.sleep(0.2)
+  wait_for_records(process, metrics, 2)
   workers = children(process.pid)
   if case == "sebulba_gymnasium":
     assert len(workers) >= 4, workers  # The test must see the workers it checks on.

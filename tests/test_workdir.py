@@ -39,8 +39,9 @@ def test_fresh_moves_the_previous_run_aside_and_deletes_nothing(tmp_path):
   run = previous_run(tmp_path / "run")
   with pytest.raises(ConfigError, match="already holds a run"):
     workdir.prepare(str(run))
-  moved = workdir.prepare(str(run), fresh=True)
-  assert moved.startswith(str(run / "previous"))
+  found = workdir.prepare(str(run), fresh=True)
+  moved = found.rsplit(" ", 1)[1]
+  assert found.startswith("moved") and moved.startswith(str(run / "previous"))
   with open(f"{moved}/metrics.jsonl") as f:
     assert f.read() == OLD_RECORDS
   assert sorted(p.name for p in (run / "previous").iterdir()) == [moved.rsplit("/", 1)[1]]
@@ -48,7 +49,7 @@ def test_fresh_moves_the_previous_run_aside_and_deletes_nothing(tmp_path):
   assert workdir.prepare(str(run)) is None  # Now empty of runs: a new one may start.
   # Relaunching twice within a second must not overwrite the first move.
   previous_run(run)
-  again = workdir.prepare(str(run), fresh=True)
+  again = workdir.prepare(str(run), fresh=True).rsplit(" ", 1)[1]
   assert again != moved and (run / "previous").exists()
 
 

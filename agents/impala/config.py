@@ -14,6 +14,8 @@ def _base() -> config_dict.ConfigDict:
   c = config_dict.ConfigDict()
   c.seed = 0
   c.nan_policy = "stop"  # Or "skip_update": see podracer/guards.py.
+  c.checkpoint_interval = 600.0  # Seconds between checkpoints (Anakin; also at the end).
+  c.checkpoints_to_keep = 3
   c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
   c.total_env_steps = 1_000_000
   c.env = config_dict.ConfigDict(dict(name="cartpole"))

@@ -25,6 +25,8 @@ def _base() -> config_dict.ConfigDict:
   c = config_dict.ConfigDict()
   c.seed = 0
   c.nan_policy = "stop"  # Or "skip_update": see podracer/guards.py.
+  c.checkpoint_interval = 600.0  # Seconds between checkpoints (Anakin; also at the end).
+  c.checkpoints_to_keep = 3
   c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
   c.agent = config_dict.ConfigDict(dict(
       name="r2d2", discount=0.99, n_step=3, burn_in=4, target_update_period=100,

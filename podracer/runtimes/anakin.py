@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import registry
+from podracer import preemption, registry
 from podracer.agent import Agent, first_entries
 from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.metrics import RateMeter, device_counts
@@ -177,31 +177,55 @@ class Anakin:
     metrics, totals = jax.device_get(jax.tree.map(lambda x: x[0], (metrics, totals)))
     return state, metrics, totals
 
-  def run(self, logger, state: Optional[AnakinState] = None) -> AnakinState:
+  def run(self, logger, state: Optional[AnakinState] = None,
+          checkpointer: Optional[Any] = None) -> AnakinState:
+    """Runs the remaining calls; with a `checkpointer` (podracer/checkpoint.py), first
+    resumes from its latest checkpoint and saves as it goes, at the end and when stopped."""
     state = self.init() if state is None else state
+    first_call = 0
+    if checkpointer is not None and checkpointer.latest() is not None:
+      state, first_call = checkpointer.restore(state)
+      # Placed as `init` places it (same axis name), so the step does not compile again.
+      state = jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
+                       devices=self.topology.devices)(state)
     replay = getattr(self.agent, "replay", None)
     counts = device_counts(replay, state.agent.experience)
     meter = RateMeter(*counts) if counts else None
-    env_steps = 0
-    for call in range(self.num_calls):
-      start = time.perf_counter()
-      state, metrics, totals = self.step(state)
-      elapsed = time.perf_counter() - start
-      env_steps += self.steps_per_call
-      record: Dict[str, float] = {
-          "env_steps": env_steps,
-          "updates": (call + 1) * self.updates_per_call,
-          "sps": self.steps_per_call / elapsed,
-      }
-      count = float(np.sum(totals.count))
-      if count:
-        record["episode_return"] = float(np.sum(totals.return_sum)) / count
-        record["episode_length"] = float(np.sum(totals.length_sum)) / count
-        record["episodes"] = count
-      record.update({k: float(np.mean(v)) for k, v in metrics.items()})
-      if meter:
-        record.update(meter.rates(*device_counts(replay, state.agent.experience)))
-      logger.write(record, compile_step=(call == 0))
-      if logger.target_reached:
-        break
+    env_steps = first_call * self.steps_per_call
+    done = first_call
+    try:
+      for call in range(first_call, self.num_calls):
+        # The state is donated to the step: SIGTERM waits for a whole call and its record.
+        with preemption.deferred():
+          start = time.perf_counter()
+          state, metrics, totals = self.step(state)
+          elapsed = time.perf_counter() - start
+          env_steps += self.steps_per_call
+          record: Dict[str, float] = {
+              "env_steps": env_steps,
+              "updates": (call + 1) * self.updates_per_call,
+              "sps": self.steps_per_call / elapsed,
+          }
+          count = float(np.sum(totals.count))
+          if count:
+            record["episode_return"] = float(np.sum(totals.return_sum)) / count
+            record["episode_length"] = float(np.sum(totals.length_sum)) / count
+            record["episodes"] = count
+          record.update({k: float(np.mean(v)) for k, v in metrics.items()})
+          if meter:
+            record.update(meter.rates(*device_counts(replay, state.agent.experience)))
+          logger.write(record, compile_step=(call == first_call))
+          done = call + 1
+          if checkpointer is not None:
+            checkpointer.maybe_save(done, state, len(logger.records))
+        if logger.target_reached:
+          break
+    except KeyboardInterrupt:
+      # Ctrl-C is not deferred and may have cut a step short, leaving a donated state.
+      if checkpointer is not None and not any(
+          x.is_deleted() for x in jax.tree.leaves(state)):
+        checkpointer.save(done, state, len(logger.records))
+      raise
+    if checkpointer is not None:
+      checkpointer.save(done, state, len(logger.records))
     return state

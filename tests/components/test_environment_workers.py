@@ -12,7 +12,8 @@ import pytest
 
 from podracer.components.environments.gymnasium_env import Gymnasium
 from podracer.errors import EnvironmentWorkerError
-from tests.test_preemption import GYMNASIUM_CONFIG, alive, children, start
+from tests.test_preemption import (GYMNASIUM_CONFIG, alive, children, start,
+                                   wait_for_records)
 
 
 def _dying_spec(how):
@@ -70,12 +71,7 @@ def test_killed_worker_stops_a_sebulba_run_with_one_clear_error(tmp_path):
   config.write_text(GYMNASIUM_CONFIG)
   workdir = tmp_path / "run"
   process = start(config, workdir)
-  metrics = workdir / "metrics.jsonl"
-  deadline = time.monotonic() + 180
-  while not (metrics.exists() and metrics.read_text().strip()):
-    assert process.poll() is None, process.communicate()[1]
-    assert time.monotonic() < deadline
-    time.sleep(0.2)
+  wait_for_records(process, workdir / "metrics.jsonl", 1)
   workers = [p for p in children(process.pid)
              if b"spawn_main" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()]
   assert len(workers) == 4, workers
