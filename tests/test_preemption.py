@@ -101,3 +101,21 @@ def test_sigterm_stops_within_10s_writes_outputs_and_exits_143(case, tmp_path):
   while any(alive(p) for p in workers) and time.monotonic() < grace:
     time.sleep(0.1)
   assert not [p for p in workers if alive(p)], "processes left behind"
+
+
+def test_sigterm_inside_deferred_is_raised_when_the_block_ends():
+  from podracer import preemption  # pylint: disable=import-outside-toplevel
+  previous = signal.getsignal(signal.SIGTERM)
+  try:
+    preemption.handle_sigterm()
+    finished = False
+    with pytest.raises(preemption.Terminated):
+      with preemption.deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)  # The handler has run by now; the block must still finish.
+        finished = True
+    assert finished
+    # Later SIGTERMs are ignored: the first one's cleanup must not be cut short.
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+  finally:
+    signal.signal(signal.SIGTERM, previous)
