@@ -46,6 +46,18 @@ def _fail(message: str) -> None:
   sys.exit(EXIT_CONFIG_ERROR)
 
 
+def register_builtin_components() -> None:
+  """Registers podracer's components and runtimes, and the agents that ship with it.
+
+  The application, not the library, knows the built-in agents: `podracer/` never
+  imports `agents`, so an agent is a plug-in like any user's.
+  """
+  from podracer import builder  # Imports JAX: keep `--help` fast.
+  import agents  # noqa: F401  # pylint: disable=import-outside-toplevel
+
+  builder.register_builtin_components()
+
+
 def run(config, workdir=None, stream=sys.stdout, fresh=False):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
   validation.check_config(config)
@@ -54,6 +66,7 @@ def run(config, workdir=None, stream=sys.stdout, fresh=False):
     stream.write(found + "\n")
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
+  register_builtin_components()
   experiment = builder.build(config)
   if workdir:
     with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
@@ -67,7 +80,7 @@ def run(config, workdir=None, stream=sys.stdout, fresh=False):
     saved = getattr(experiment.checkpointer, "saved_step", None)
     if saved is not None and stream:
       stream.write(f"saved a checkpoint at env steps "
-                   f"{saved * experiment.runtime.steps_per_call:,} in "
+                   f"{saved * experiment.plan.steps_per_call:,} in "
                    f"{experiment.checkpointer.directory}; relaunch to resume\n")
     raise
   except Exception:

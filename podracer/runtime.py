@@ -1,0 +1,94 @@
+"""The Runtime interface, and the plan of a run that the builder computes before any build.
+
+A runtime runs one agent on one kind of environment over some devices. The builder
+builds it in one straight line (podracer/builder.py):
+
+  options = Runtime.Options(**config.runtime)          # its config section, checked
+  plan    = options.plan(topology, total_env_steps)    # pure arithmetic: steps, updates
+  spec    = Runtime.environment_spec(env_factory, seed)
+  agent   = the agent, its optimizers sized by plan.num_updates
+  runtime = Runtime(agent, env_factory, topology, options, plan, seed)
+  runtime.run(logger)
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, ClassVar, Dict, NamedTuple, Protocol
+
+from podracer.errors import ConfigError
+from podracer.types import EnvSpec
+
+
+class Plan(NamedTuple):
+  """How a run divides its env steps: a function of the config and topology alone."""
+  steps_per_call: int    # env steps per call (Anakin) or learner batch (Sebulba)
+  num_calls: int         # calls (or batches) in the run
+  updates_per_call: int  # agent updates per call (or batch)
+
+  @property
+  def num_updates(self) -> int:
+    return self.num_calls * self.updates_per_call
+
+  @property
+  def total_env_steps(self) -> int:
+    return self.num_calls * self.steps_per_call
+
+
+def plan_calls(steps_per_call: int, updates_per_call: int, total_env_steps: int) -> Plan:
+  """Whole calls that cover `total_env_steps` (at least one)."""
+  num_calls = max(1, -(-total_env_steps // steps_per_call))
+  return Plan(steps_per_call, num_calls, updates_per_call)
+
+
+class RuntimeOptions(Protocol):
+  """A runtime's config section (`runtime.*` keys other than `name`)."""
+
+  def plan(self, topology: Any, total_env_steps: int) -> Plan: ...
+
+
+class Runtime(abc.ABC):
+  """What the builder and launcher need of a runtime (Anakin, Sebulba, yours).
+
+  A subclass declares its `Options` (a dataclass of its `runtime.*` keys, with `plan`),
+  the `environment_kind` it runs ('jax' or 'host') and `refusal`, the message for an
+  environment of the other kind ({kind} and {what} are filled in).
+  """
+  Options: ClassVar[type]
+  environment_kind: ClassVar[str]
+  refusal: ClassVar[str]
+
+  @classmethod
+  def environment_args(cls, seed: int) -> Dict[str, Any]:
+    """What the runtime passes the environment factory besides the config section."""
+    del seed
+    return {}
+
+  @classmethod
+  def environment_spec(cls, env_factory: Callable[..., Any], seed: int) -> EnvSpec:
+    """The spec of one environment, built to read it; ConfigError for the other kind.
+
+    A registered environment declares its kind, so it is refused before it is built
+    (with arguments it may not take); a plain factory function is checked once built.
+    """
+    declared = getattr(env_factory, "kind", None)
+    if declared not in (None, cls.environment_kind):
+      raise ConfigError(cls.refusal.format(kind=declared, what=env_factory.section.name))
+    env = env_factory(**cls.environment_args(seed))
+    built = getattr(env, "kind", "jax")
+    if built != cls.environment_kind:
+      raise ConfigError(cls.refusal.format(kind=built, what=type(env).__name__))
+    spec = env.spec()
+    if hasattr(env, "close"):
+      env.close()
+    return spec
+
+  @abc.abstractmethod
+  def __init__(self, agent: Any, env_factory: Callable[..., Any], topology: Any,
+               options: Any, plan: Plan, seed: int):
+    """Builds everything the run needs for `agent`; ConfigError if it cannot run."""
+
+  @abc.abstractmethod
+  def run(self, logger: Any) -> Any:
+    """Trains, writing records to `logger`, until the plan is done or its target is
+    reached; returns the final state."""
