@@ -72,7 +72,8 @@ class NonFiniteWatch:
   def __init__(self, logger: Any, nan_policy: str = "stop"):
     self.wrapped = logger
     self.nan_policy = nan_policy
-    self._previous_updates = 0
+    # A resumed run's logger starts with the records before its checkpoint.
+    self._previous_updates = logger.records[-1].get("updates", 0) if logger.records else 0
     self._raised = False
 
   def __getattr__(self, name: str) -> Any:

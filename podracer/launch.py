@@ -3,8 +3,10 @@
   python -m podracer.launch --config=agents/ppo/config.py:cartpole_anakin --workdir=DIR \
       [--config.KEY=VALUE ...]
 
-Writes DIR/config.json (the resolved config), DIR/metrics.jsonl and, at the end,
-DIR/learning_curve.png. Exit status: 0 when the run ends, 2 with one paragraph saying why
+Writes DIR/config.json (the resolved config), DIR/metrics.jsonl, TensorBoard event files,
+checkpoints (Anakin) and, at the end, DIR/learning_curve.png. Relaunched into the same DIR
+it resumes from the latest checkpoint; `--fresh` moves a previous run aside instead
+(podracer/workdir.py). Exit status: 0 when the run ends, 2 with one paragraph saying why
 when the config cannot be built, 1 with the thread's traceback when a runtime thread fails,
 130 on Ctrl-C and 143 on SIGTERM (after all threads and environments are stopped and the
 metrics, plot and `result:` line are written; see podracer/preemption.py).

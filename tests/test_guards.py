@@ -68,6 +68,10 @@ def test_watch_raises_once_after_writing_the_record_and_names_metric_and_updates
   watch = guards.NonFiniteWatch(MetricsLogger(stream=None))
   with pytest.raises(NonFiniteError, match="parameters or optimizer state"):
     watch.write(dict(env_steps=100, updates=4, loss=1.0, nonfinite_params=0.25))
+  resumed = MetricsLogger(stream=None)  # As a resumed run's logger: records so far.
+  resumed.records.append(dict(env_steps=100, updates=8))
+  with pytest.raises(NonFiniteError, match=r"updates 9-12 "):
+    guards.NonFiniteWatch(resumed).write(dict(env_steps=150, updates=12, loss=float("inf")))
   skipping = guards.NonFiniteWatch(MetricsLogger(stream=None), "skip_update")
   skipping.write(dict(env_steps=100, updates=4, loss=float("nan")))
 
