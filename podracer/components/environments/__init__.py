@@ -9,7 +9,7 @@ is built.
 from podracer.components.environments.base import (Environment, VectorEnv, VectorEnvState,
                                                    restart, transition)
 from podracer.components.environments.cartpole import CartPole
-from podracer.components.environments.catch import Catch
+from podracer.components.environments.catch import Catch, PixelCatch
 from podracer.components.environments.dm_env_adapter import CatchDmEnv, DmEnv
 from podracer.components.environments.envpool_env import EnvPool
 from podracer.components.environments.gymnasium_env import Gymnasium
@@ -18,5 +18,5 @@ from podracer.components.environments.host import (EpisodeTracker, HostEnvironme
                                                    episode_stats)
 
 __all__ = ["Environment", "VectorEnv", "VectorEnvState", "restart", "transition",
-           "CartPole", "Catch", "Gymnax", "HostEnvironment", "EpisodeTracker",
+           "CartPole", "Catch", "PixelCatch", "Gymnax", "HostEnvironment", "EpisodeTracker",
            "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv"]
