@@ -21,7 +21,7 @@ import inspect
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO
 
-from podracer import checkpoint, guards, registry
+from podracer import checkpoint, contracts, guards, registry
 from podracer.errors import ConfigError
 from podracer.metrics import MetricsLogger
 from podracer.runtime import Plan
@@ -153,7 +153,10 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
       extra["total_steps"] = _optimizer_steps(factory, agent_kwargs, name, total_updates)
     injected[name] = registry.build(reg, config[name], key=name, **extra)
   agent_section = dict(config.agent)
-  return registry.build(registry.agents, agent_section, key="agent", **injected)
+  agent = registry.build(registry.agents, agent_section, key="agent", **injected)
+  network = config.get("network")
+  contracts.check_network(agent, f"network '{network.name}'" if network else "the network")
+  return agent
 
 
 def build(config: Any, agent: Any = None) -> Experiment:

@@ -104,14 +104,47 @@ def _report(summary, workdir, stream) -> None:
     stream.flush()
 
 
+def _config_path(argv):
+  """The file part of --config=FILE[:NAME] (or --config FILE[:NAME]), if given."""
+  for i, arg in enumerate(argv[1:], 1):
+    if arg.startswith("--config="):
+      return arg.split("=", 1)[1].split(":", 1)[0]
+    if arg == "--config" and i + 1 < len(argv):
+      return argv[i + 1].split(":", 1)[0]
+  return None
+
+
+def _prepare_config_file(path):
+  """Makes a config file a first-class module before absl loads it.
+
+  Built-ins are registered first, so a name the file registers again clashes with the
+  built-in by name (or replaces it with override=True) instead of the reverse. The
+  file's folder then goes first on sys.path, as Python does for a script, so the file
+  can import modules beside it.
+  """
+  register_builtin_components()
+  folder = os.path.dirname(os.path.abspath(path))
+  if folder not in sys.path:
+    sys.path.insert(0, folder)
+
+
 def _parse_flags(argv):
   """absl's parser, with bad overrides reported as one paragraph instead of a traceback."""
+  path = _config_path(argv)
+  if path and os.path.isfile(path):  # A missing file is reported by main.
+    _prepare_config_file(path)
   try:
     return flags.FLAGS(argv)
+  except ImportError as e:  # absl lets these through; only the config file imports here.
+    missing = f"module '{e.name}'" if e.name else "a module"
+    _fail(f"config file '{path}' could not import {missing} ({type(e).__name__}: {e}). "
+          f"Modules in the config file's folder ({os.path.dirname(os.path.abspath(path))}) "
+          "are importable; others must be installed or on PYTHONPATH.")
   except flags.Error as e:
     message = str(e)
     if "Traceback (most recent call last)" in message:  # A config file raised: keep its error.
-      message = message.split(":", 2)[0] + ": " + message.strip().splitlines()[-1]
+      error, _, text = message.strip().splitlines()[-1].partition(": ")
+      message = (f"config file '{path}' failed to load: {error.rsplit('.', 1)[-1]}: {text}")
     _fail(message)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     bad = [a for a in argv[1:] if a.startswith("--config.")]

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import trajectories
+from podracer import contracts, trajectories
 from podracer.agent import Agent
 from podracer.errors import ReplayTimeout
 from podracer.experience import HostReplay
@@ -135,6 +135,7 @@ class Actor:
     key, init_key = jax.random.split(key)
     actor_state = jax.device_put(agent.init_actor(init_key, self.num_envs), self.device)
     timestep, _ = self.env.reset()
+    contracts.check_host_timestep(self.env, timestep)
     pending = earlier = None
     queue_wait = 0.0
     while not stop.is_set():
