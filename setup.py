@@ -40,6 +40,10 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "optax>=0.2.3",
     "rlax>=0.1.7",
+    # TensorBoard event files without TensorFlow (needs protobuf only).
+    "tensorboardX>=2.6",
+    # Checkpoints (podracer/checkpoint.py).
+    "orbax-checkpoint>=0.11.5",
 ]
 
 EXTRAS_REQUIRE = {
@@ -56,6 +60,7 @@ EXTRAS_REQUIRE = {
         # Newest releases that still support JAX 0.4.34 (keeps the resolver from backtracking).
         "chex<0.1.91",
         "optax<0.2.6",
+        "orbax-checkpoint<0.12",
     ],
     "test": ["pytest", "gymnasium"],
     "gymnasium": ["gymnasium"],

@@ -75,6 +75,19 @@ class Agent(abc.ABC):
                                 f"init_nets.")
     return self.network.init(key, dummy_observation(self.spec))
 
+  def expected_outputs(self, batch_size: int) -> Optional[Dict[str, Tuple[Tuple[int, ...], Any]]]:
+    """{field: (shape, dtype)} the network must return for `batch_size` observations.
+
+    The builder checks `network_outputs` against it before anything trains
+    (podracer/contracts.py); None, the default, checks nothing.
+    """
+    del batch_size
+    return None
+
+  def network_outputs(self, nets: PyTree, observation: PyTree) -> Any:
+    """What the network returns for observations [B, ...], for the contract check."""
+    return self.network.apply(nets, observation)
+
   def init_opt(self, nets: PyTree) -> PyTree:
     """Optimizer (and other learner) state for `nets`; by default, one optimizer state
     per objective (`podracer.learning.init_opt_state` of `self.objectives`)."""

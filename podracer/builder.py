@@ -21,7 +21,7 @@ import inspect
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO
 
-from podracer import registry
+from podracer import checkpoint, contracts, guards, registry
 from podracer.errors import ConfigError
 from podracer.metrics import MetricsLogger
 from podracer.runtime import Plan
@@ -57,13 +57,23 @@ class Experiment:
 
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
           print_interval: float = 1.0) -> Dict[str, Any]:
-    logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
-                           total_env_steps=self.plan.total_env_steps,
-                           stop_at_return=self.config.get("stop_at_return"))
+    self.checkpointer = checkpointer = checkpoint.for_run(self.config, self.runtime, workdir)
+    resumed = checkpointer.num_records() if checkpointer else None
+    # Kept so that a launcher can still report a run that a signal stopped.
+    self.logger = logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
+                                         total_env_steps=self.plan.total_env_steps,
+                                         stop_at_return=self.config.get("stop_at_return"),
+                                         resume_records=resumed)
+    watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     try:
-      self.runtime.run(logger)
+      if checkpointer:
+        self.runtime.run(watched, checkpointer=checkpointer)
+      else:
+        self.runtime.run(watched)
     finally:
       logger.close(title=_title(self.config))
+      if checkpointer:
+        checkpointer.close()
     return dict(logger.summary(), records=logger.records)
 
 
@@ -143,7 +153,10 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
       extra["total_steps"] = _optimizer_steps(factory, agent_kwargs, name, total_updates)
     injected[name] = registry.build(reg, config[name], key=name, **extra)
   agent_section = dict(config.agent)
-  return registry.build(registry.agents, agent_section, key="agent", **injected)
+  agent = registry.build(registry.agents, agent_section, key="agent", **injected)
+  network = config.get("network")
+  contracts.check_network(agent, f"network '{network.name}'" if network else "the network")
+  return agent
 
 
 def build(config: Any, agent: Any = None) -> Experiment:
@@ -164,7 +177,9 @@ def build(config: Any, agent: Any = None) -> Experiment:
   if agent is None:
     spec = runtime_cls.environment_spec(env_factory, config.seed)
     agent = build_agent(config, spec, plan.num_updates)
-  runtime = runtime_cls(agent, env_factory, topology, options, plan, config.seed)
+  # The runtime steps a guarded agent; the experiment shows the agent as built.
+  guarded = guards.GuardedAgent(agent, config.get("nan_policy", "stop"))
+  runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed)
   return Experiment(config, runtime, agent, plan)
 
 

@@ -18,11 +18,15 @@ from ml_collections import config_dict
 
 
 def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
-  """The header every config has: seed, step budget, optional target return."""
+  """The header every config has: seed, step budget, optional target return, what a
+  non-finite loss does (podracer/guards.py) and checkpoints (podracer/checkpoint.py)."""
   c = config_dict.ConfigDict()
   c.seed = seed
   c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
   c.total_env_steps = total_env_steps
+  c.nan_policy = "stop"  # Or "skip_update".
+  c.checkpoint_interval = 600.0  # Seconds between checkpoints (Anakin; also at the end).
+  c.checkpoints_to_keep = 3
   return c
 
 

@@ -17,6 +17,19 @@ class ThreadFailure(RuntimeError):
   """
 
 
+class NonFiniteError(RuntimeError):
+  """A loss, metric or parameter became NaN or infinite (see podracer/guards.py).
+
+  The launcher prints the message, which names the metrics and updates, and exits with
+  status 1.
+  """
+
+
+class EnvironmentWorkerError(RuntimeError):
+  """An environment worker process died; the message names it, its exit code or signal,
+  and the exception it reported, if any."""
+
+
 class ReplayTimeout(TimeoutError):
   """A replay call waited its timeout (rate limiter, too few items) on a live server.
 

@@ -3,10 +3,13 @@
   python -m podracer.launch --config=agents/ppo/config.py:cartpole_anakin --workdir=DIR \
       [--config.KEY=VALUE ...]
 
-Writes DIR/config.json (the resolved config), DIR/metrics.jsonl and, at the end,
-DIR/learning_curve.png. Exit status: 0 when the run ends, 2 with one paragraph saying why
+Writes DIR/config.json (the resolved config), DIR/metrics.jsonl, TensorBoard event files,
+checkpoints (Anakin) and, at the end, DIR/learning_curve.png. Relaunched into the same DIR
+it resumes from the latest checkpoint; `--fresh` moves a previous run aside instead
+(podracer/workdir.py). Exit status: 0 when the run ends, 2 with one paragraph saying why
 when the config cannot be built, 1 with the thread's traceback when a runtime thread fails,
-130 on Ctrl-C (after all threads and environments are stopped).
+130 on Ctrl-C and 143 on SIGTERM (after all threads and environments are stopped and the
+metrics, plot and `result:` line are written; see podracer/preemption.py).
 """
 
 from __future__ import annotations
@@ -19,20 +22,29 @@ import textwrap
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from podracer.errors import ConfigError, ThreadFailure
+from podracer import preemption, validation
+from podracer.errors import ConfigError, NonFiniteError, ThreadFailure
+from podracer.metrics import METRICS_FILE
+from podracer.workdir import CONFIG_FILE, prepare as prepare_workdir
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, as path/to/config.py:NAME.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, config and plots go.")
+_FRESH = flags.DEFINE_bool(
+    "fresh", False, "Start over in a workdir that holds a previous run, moving its files "
+    "into WORKDIR/previous/<UTC time>/ (nothing is deleted).")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks for config errors too.")
 
 EXIT_CONFIG_ERROR = 2
 EXIT_THREAD_FAILURE = 1
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = preemption.EXIT_INTERRUPTED
 
 
 def _fail(message: str) -> None:
-  sys.stderr.write("\n".join(textwrap.wrap(f"Config error: {message}", width=88)) + "\n")
+  # Paths and keys stay whole: a line break inside one would misquote it.
+  lines = textwrap.wrap(f"Config error: {message}", width=88, break_on_hyphens=False,
+                        break_long_words=False)
+  sys.stderr.write("\n".join(lines) + "\n")
   sys.exit(EXIT_CONFIG_ERROR)
 
 
@@ -48,33 +60,91 @@ def register_builtin_components() -> None:
   builder.register_builtin_components()
 
 
-def run(config, workdir=None, stream=sys.stdout):
+def run(config, workdir=None, stream=sys.stdout, fresh=False):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
+  validation.check_config(config)
+  found = prepare_workdir(workdir, fresh, config)
+  if found and stream:
+    stream.write(found + "\n")
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
   register_builtin_components()
   experiment = builder.build(config)
   if workdir:
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
+    with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
-  summary = experiment.run(workdir=workdir, stream=stream)
+  try:
+    summary = experiment.run(workdir=workdir, stream=stream)
+  except KeyboardInterrupt as interrupt:
+    # The runtime stopped its threads and environments, and the logger wrote the plot.
+    _report(dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt)),
+            workdir, stream)
+    saved = getattr(experiment.checkpointer, "saved_step", None)
+    if saved is not None and stream:
+      stream.write(f"saved a checkpoint at env steps "
+                   f"{saved * experiment.plan.steps_per_call:,} in "
+                   f"{experiment.checkpointer.directory}; relaunch to resume\n")
+    raise
+  except Exception:
+    if workdir and not experiment.logger.records:
+      sys.stderr.write(f"The run recorded no metrics before it failed: {workdir}/"
+                       f"{METRICS_FILE} is empty and no learning curve was plotted.\n")
+    raise
   summary.pop("records", None)
+  _report(summary, workdir, stream)
+  return summary
+
+
+def _report(summary, workdir, stream) -> None:
   if stream:
     stream.write("result: " + json.dumps(summary) + "\n")
     if workdir:
-      stream.write(f"wrote {workdir}/metrics.jsonl, config.json, learning_curve.png\n")
-  return summary
+      plot = ", learning_curve.png" if summary.get("env_steps") else " (empty: no records)"
+      stream.write(f"wrote {workdir}/{METRICS_FILE}, {CONFIG_FILE}{plot}\n")
+    stream.flush()
+
+
+def _config_path(argv):
+  """The file part of --config=FILE[:NAME] (or --config FILE[:NAME]), if given."""
+  for i, arg in enumerate(argv[1:], 1):
+    if arg.startswith("--config="):
+      return arg.split("=", 1)[1].split(":", 1)[0]
+    if arg == "--config" and i + 1 < len(argv):
+      return argv[i + 1].split(":", 1)[0]
+  return None
+
+
+def _prepare_config_file(path):
+  """Makes a config file a first-class module before absl loads it.
+
+  Built-ins are registered first, so a name the file registers again clashes with the
+  built-in by name (or replaces it with override=True) instead of the reverse. The
+  file's folder then goes first on sys.path, as Python does for a script, so the file
+  can import modules beside it.
+  """
+  register_builtin_components()
+  folder = os.path.dirname(os.path.abspath(path))
+  if folder not in sys.path:
+    sys.path.insert(0, folder)
 
 
 def _parse_flags(argv):
   """absl's parser, with bad overrides reported as one paragraph instead of a traceback."""
+  path = _config_path(argv)
+  if path and os.path.isfile(path):  # A missing file is reported by main.
+    _prepare_config_file(path)
   try:
     return flags.FLAGS(argv)
+  except ImportError as e:  # absl lets these through; only the config file imports here.
+    missing = f"module '{e.name}'" if e.name else "a module"
+    _fail(f"config file '{path}' could not import {missing} ({type(e).__name__}: {e}). "
+          f"Modules in the config file's folder ({os.path.dirname(os.path.abspath(path))}) "
+          "are importable; others must be installed or on PYTHONPATH.")
   except flags.Error as e:
     message = str(e)
     if "Traceback (most recent call last)" in message:  # A config file raised: keep its error.
-      message = message.split(":", 2)[0] + ": " + message.strip().splitlines()[-1]
+      error, _, text = message.strip().splitlines()[-1].partition(": ")
+      message = (f"config file '{path}' failed to load: {error.rsplit('.', 1)[-1]}: {text}")
     _fail(message)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     bad = [a for a in argv[1:] if a.startswith("--config.")]
@@ -87,22 +157,32 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {' '.join(argv[1:])!r}; overrides look like "
           "--config.KEY=VALUE.")
-  if _CONFIG.value is None:
+  if not flags.FLAGS["config"].present:
     _fail("no config given; pass --config=path/to/config.py:NAME.")
+  try:  # Before the config's value is read, which would chain three tracebacks.
+    validation.check_config_file(config_flags.get_config_filename(flags.FLAGS["config"]))
+  except ConfigError as e:
+    _fail(str(e))
+  preemption.handle_sigterm()
   try:
-    run(_CONFIG.value, _WORKDIR.value)
+    run(_CONFIG.value, _WORKDIR.value, fresh=_FRESH.value)
   except ConfigError as e:
     if _DEBUG.value:
       raise
     _fail(str(e))
+  except NonFiniteError as e:
+    sys.stderr.write(f"Run stopped: {e}\n")
+    sys.exit(EXIT_THREAD_FAILURE)
   except ThreadFailure as e:
     # The runtime stopped its other threads and environments before raising.
     sys.stderr.write(f"Run stopped because a thread failed.\n{e}\n")
     sys.exit(EXIT_THREAD_FAILURE)
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as interrupt:
     # Runtimes stop their threads and environments before this propagates.
-    sys.stderr.write("Interrupted; all threads and environments were stopped.\n")
-    sys.exit(EXIT_INTERRUPTED)
+    name = preemption.stopped_by(interrupt)
+    what = "Interrupted" if name == "SIGINT" else f"Stopped by {name}"
+    sys.stderr.write(f"{what}; all threads and environments were stopped.\n")
+    sys.exit(preemption.exit_status(interrupt))
 
 
 def entry_point():

@@ -1,5 +1,6 @@
-"""Where a run's numbers go: a progress line, `metrics.jsonl`, and a learning-curve plot;
-and the host-side meters runtimes fill records with (replay rates, device counters)."""
+"""Where a run's numbers go: a progress line, `metrics.jsonl`, TensorBoard event files
+(podracer/tensorboard.py) and a learning-curve plot; and the host-side meters runtimes
+fill records with (replay rates, device counters)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import time
 from typing import Any, Dict, List, Optional, TextIO, Tuple
 
 import numpy as np
+
+from podracer import tensorboard
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "learning_curve.png"
@@ -27,7 +30,8 @@ class MetricsLogger:
 
   def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
                print_interval: float = 1.0, total_env_steps: Optional[int] = None,
-               stop_at_return: Optional[float] = None):
+               stop_at_return: Optional[float] = None,
+               resume_records: Optional[int] = None):
     self.workdir = workdir
     self.stream = stream
     self.print_interval = print_interval
@@ -38,9 +42,15 @@ class MetricsLogger:
     self._start = time.perf_counter()
     self._last_print = -math.inf
     self._file = None
+    self._tensorboard = None
     if workdir:
       os.makedirs(workdir, exist_ok=True)
-      self._file = open(os.path.join(workdir, METRICS_FILE), "w")
+      path = os.path.join(workdir, METRICS_FILE)
+      if resume_records is not None:  # Continues a checkpointed run: see checkpoint.py.
+        self.records = _truncate(path, resume_records)
+        self._start -= self.records[-1]["wall_time"] if self.records else 0.0
+      self._file = open(path, "w" if resume_records is None else "a")
+      self._tensorboard = tensorboard.open_writer(workdir)
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
     record = {k: _plain(v) for k, v in record.items()}
@@ -49,8 +59,10 @@ class MetricsLogger:
       record["includes_compilation"] = True
     self.records.append(record)
     if self._file:
-      self._file.write(json.dumps(record) + "\n")
+      self._file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
       self._file.flush()
+    if self._tensorboard:
+      self._tensorboard.write(record)
     if (self.stop_at_return is not None and not self.target_reached
         and record.get("episode_return", -math.inf) >= self.stop_at_return):
       self.target_reached = True
@@ -102,7 +114,10 @@ class MetricsLogger:
     if self._file:
       self._file.close()
       self._file = None
-    if not self.workdir:
+    if self._tensorboard:
+      self._tensorboard.close()
+      self._tensorboard = None
+    if not self.workdir or not self.records:  # No plot rather than a blank one.
       return None
     return plot_learning_curve(self.records, os.path.join(self.workdir, PLOT_FILE), title)
 
@@ -220,6 +235,21 @@ def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
+
+
+def _truncate(path: str, num_records: int) -> List[Dict[str, Any]]:
+  """Keeps the first `num_records` lines of a metrics file; returns them as records."""
+  with open(path) as f:
+    lines = f.readlines()[:num_records]
+  with open(path, "w") as f:
+    f.writelines(lines)
+  return [json.loads(line) for line in lines]
+
+
+def strict_json(record: Dict[str, Any]) -> Dict[str, Any]:
+  """NaN and infinities become null: strict JSON readers reject Python's bare NaN."""
+  return {k: None if isinstance(v, float) and not math.isfinite(v) else v
+          for k, v in record.items()}
 
 
 def _plain(v: Any) -> Any:

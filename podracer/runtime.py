@@ -78,6 +78,10 @@ class Runtime(abc.ABC):
     built = getattr(env, "kind", "jax")
     if built != cls.environment_kind:
       raise ConfigError(cls.refusal.format(kind=built, what=type(env).__name__))
+    if built == "jax":  # Host environments are checked on their first reset.
+      from podracer.contracts import check_environment  # Imports JAX.
+      name = getattr(getattr(env_factory, "section", None), "name", type(env).__name__)
+      check_environment(env, f"environment '{name}'")
     spec = env.spec()
     if hasattr(env, "close"):
       env.close()

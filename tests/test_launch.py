@@ -10,7 +10,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def launch(*args, timeout=300):
-  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  # The launcher sees what this process sees, this checkout first.
+  path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+  env = dict(os.environ, PYTHONPATH=path)
   env.pop("XLA_FLAGS", None)  # The launcher runs as a user would: host devices only.
   return subprocess.run([sys.executable, "-m", "podracer.launch", *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=timeout)
@@ -65,3 +67,62 @@ def test_user_registered_environment_and_loss_train_through_the_launcher(tmp_pat
   assert "env steps" in result.stdout and "steps/s" in result.stdout
   assert "return" in result.stdout
 
+
+
+# Config files are modules: their folder is importable, and built-ins are registered first.
+
+SHORT_RUN = ("from agents.ppo.config import cartpole_anakin\n"
+             "def get_config():\n"
+             "  config = cartpole_anakin()\n"
+             "  config.total_env_steps = 8192  # One compiled call.\n"
+             "  return config\n")
+
+
+def test_config_file_imports_a_module_from_its_own_folder(tmp_path):
+  (tmp_path / "my_components.py").write_text("STEPS = 8192\n")
+  config = tmp_path / "config.py"
+  config.write_text("import my_components\n" + SHORT_RUN.replace("8192", "my_components.STEPS"))
+  result = launch(f"--config={config}", f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 0, result.stderr
+  assert json.loads(result.stdout.split("result: ")[1].splitlines()[0])["env_steps"] == 8192
+
+
+def test_config_file_import_error_names_the_file_and_the_module(tmp_path):
+  config = tmp_path / "config.py"
+  config.write_text("import not_beside_me\n" + SHORT_RUN)
+  result = launch(f"--config={config}")
+  assert result.returncode == 2
+  message = " ".join(result.stderr.split())
+  assert f"config file '{config}' could not import module 'not_beside_me'" in message
+  assert "Traceback" not in result.stderr
+
+
+CARTPOLE_AGAIN = ("from podracer import registry\n"
+                  "from podracer.components.environments.cartpole import CartPole\n"
+                  "@registry.environments.register('cartpole'{override})\n"
+                  "class MyCartPole(CartPole):\n"
+                  "  def __init__(self, **kwargs):\n"
+                  "    super().__init__(**kwargs)\n"
+                  "    open({marker!r}, 'w').close()  # Shows which CartPole ran.\n")
+
+
+def test_config_file_overrides_a_built_in_name_with_override_true(tmp_path):
+  marker = tmp_path / "my_cartpole_was_built"
+  config = tmp_path / "config.py"
+  config.write_text(CARTPOLE_AGAIN.format(override=", override=True", marker=str(marker))
+                    + SHORT_RUN)
+  result = launch(f"--config={config}", f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 0, result.stderr
+  assert marker.exists()
+
+
+def test_config_file_clashing_with_a_built_in_names_both(tmp_path):
+  config = tmp_path / "config.py"
+  config.write_text(CARTPOLE_AGAIN.format(override="", marker=str(tmp_path / "m")) + SHORT_RUN)
+  result = launch(f"--config={config}")
+  assert result.returncode == 2
+  message = " ".join(result.stderr.split())
+  assert f"config file '{config}' failed to load" in message
+  assert "'cartpole' is already registered" in message
+  assert "podracer.components.environments.cartpole" in message and "override=True" in message
+  assert "config_config" not in message and "Traceback" not in result.stderr

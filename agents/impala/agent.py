@@ -17,6 +17,7 @@ import optax
 from podracer import registry
 from podracer.agent import Agent
 from podracer.components.losses import categorical_log_prob, vtrace_batch
+from podracer.contracts import actor_critic_outputs
 from podracer.learning import Objective, gradient_step
 from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 
@@ -30,6 +31,9 @@ class IMPALA(Agent):
     super().__init__(spec, network, [Objective("impala", self._loss, optimizer)])
     self.loss = loss
     self.discount = discount
+
+  def expected_outputs(self, batch_size):
+    return actor_critic_outputs(self.spec, batch_size)
 
   def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
     logits = self.network.apply(nets, timestep.observation).logits

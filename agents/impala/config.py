@@ -50,9 +50,11 @@ def _atari_agent(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
 
   The paper's losses are SUMS over time and batch (scalable_agent's experiment.py), and
   RMSProp's eps (inside the square root) and the clipping norm are absolute scales set for
-  those sums: with a mean over 480 transitions the gradients are 480x smaller, eps
-  dominates the denominator and each update is ~100x too small (the policy never moves).
-  Hence `reduction="sum"`.
+  those sums. With a mean over the batch the gradients are N times smaller, eps dominates
+  the denominator once the first large gradients have passed, and the policy stops
+  moving: on Pong frames (benchmarks/update_size.py, 320 transitions) the fourth update
+  moved the parameters 0.0145 lr (rms) with a mean against 0.34 lr with the sum, and the
+  policy by KL 1.4e-4 against 3.9e-3. Hence `reduction="sum"`.
   """
   c.network = configs.impala_resnet()
   c.loss = _vtrace("sum")

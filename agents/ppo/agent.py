@@ -18,6 +18,7 @@ from podracer import registry
 from podracer.agent import Agent
 from podracer.components.losses import (PolicyGradientBatch, categorical_log_prob,
                                         generalized_advantages, transition_mask)
+from podracer.contracts import actor_critic_outputs
 from podracer.learning import Objective, gradient_step
 from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 
@@ -40,6 +41,9 @@ class PPO(Agent):
   def gradient_steps_per_update(cls, num_epochs: int = 4, num_minibatches: int = 4,
                                 **unused: Any) -> int:
     return num_epochs * num_minibatches
+
+  def expected_outputs(self, batch_size):
+    return actor_critic_outputs(self.spec, batch_size)
 
   def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
     out = self.network.apply(nets, timestep.observation)

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import rlax
 
@@ -122,6 +123,17 @@ class R2D2(Agent):
     return R2D2ActorState(self.network.initial_state(num_envs),
                           apex_epsilons(num_envs, self.epsilon_base, self.epsilon_alpha),
                           jnp.zeros((num_envs,), jnp.int32))
+
+  # -- the network's contract (podracer/contracts.py) --------------------------------
+
+  def expected_outputs(self, batch_size):
+    return dict(q_values=((batch_size, self.spec.action.num_values), np.floating))
+
+  def network_outputs(self, nets, observation):
+    batch_size = jax.tree.leaves(observation)[0].shape[0]
+    q, _ = self.network.step(nets, observation, self.network.initial_state(batch_size),
+                             jnp.zeros((batch_size,), bool))
+    return dict(q_values=q)
 
   # -- acting ----------------------------------------------------------------------
 

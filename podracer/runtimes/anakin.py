@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import registry, trajectories
+from podracer import preemption, registry, trajectories
 from podracer.agent import Agent
 from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError
@@ -161,22 +161,46 @@ class Anakin(Runtime):
     metrics, episodes = jax.device_get(jax.tree.map(lambda x: x[0], (metrics, episodes)))
     return state, metrics, episodes
 
-  def run(self, logger, state: Optional[AnakinState] = None) -> AnakinState:
+  def run(self, logger, state: Optional[AnakinState] = None,
+          checkpointer: Optional[Any] = None) -> AnakinState:
+    """Runs the remaining calls; with a `checkpointer` (podracer/checkpoint.py), first
+    resumes from its latest checkpoint and saves as it goes, at the end and when stopped."""
     state = self.init() if state is None else state
+    first_call = 0
+    if checkpointer is not None and checkpointer.latest() is not None:
+      state, first_call = checkpointer.restore(state)
+      # Placed as `init` places it (same axis name), so the step does not compile again.
+      state = jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
+                       devices=self.topology.devices)(state)
     replay = self.agent.replay
     counts = device_counts(replay, state.agent.experience)
     meter = RateMeter(*counts) if counts else None
-    for call in range(self.num_calls):
-      window = Window()
-      state, metrics, episodes = self.step(state)
-      # Each column summed alone, in float32, as the program's totals are kept.
-      window.add_steps(self.steps_per_call, np.ascontiguousarray(episodes.T).sum(axis=1))
-      window.metrics = metrics
-      record = window.record(env_steps=(call + 1) * self.steps_per_call,
-                             updates=(call + 1) * self.updates_per_call)
-      if meter:
-        record.update(meter.rates(*device_counts(replay, state.agent.experience)))
-      logger.write(record, compile_step=(call == 0))
-      if logger.target_reached:
-        break
+    done = first_call
+    try:
+      for call in range(first_call, self.num_calls):
+        # The state is donated to the step: SIGTERM waits for a whole call and its record.
+        with preemption.deferred():
+          window = Window()
+          state, metrics, episodes = self.step(state)
+          # Each column summed alone, in float32, as the program's totals are kept.
+          window.add_steps(self.steps_per_call, np.ascontiguousarray(episodes.T).sum(axis=1))
+          window.metrics = metrics
+          record = window.record(env_steps=(call + 1) * self.steps_per_call,
+                                 updates=(call + 1) * self.updates_per_call)
+          if meter:
+            record.update(meter.rates(*device_counts(replay, state.agent.experience)))
+          logger.write(record, compile_step=(call == first_call))
+          done = call + 1
+          if checkpointer is not None:
+            checkpointer.maybe_save(done, state, len(logger.records))
+        if logger.target_reached:
+          break
+    except KeyboardInterrupt:
+      # Ctrl-C is not deferred and may have cut a step short, leaving a donated state.
+      if checkpointer is not None and not any(
+          x.is_deleted() for x in jax.tree.leaves(state)):
+        checkpointer.save(done, state, len(logger.records))
+      raise
+    if checkpointer is not None:
+      checkpointer.save(done, state, len(logger.records))
     return state

@@ -15,11 +15,14 @@ point with `if __name__ == "__main__":`.
 from __future__ import annotations
 
 import os
-from typing import Any, Tuple
+import signal
+import time
+from typing import Any, List, Tuple
 
 import numpy as np
 
 from podracer import registry
+from podracer.errors import EnvironmentWorkerError
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    env_seeds, host_timestep)
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, StepType,
@@ -40,6 +43,13 @@ def env_factory(env_id: str, env_kwargs: dict, parent_pid: int):
     import sys  # pylint: disable=g-import-not-at-top,reimported,redefined-outer-name
     # Gymnasium also calls this once in the parent, to read the spaces: leave that alone.
     if os.getpid() != parent_pid:
+      import signal  # pylint: disable=g-import-not-at-top
+      # The parent owns a worker's lifetime and closes it. A signal sent to the whole
+      # process group (Ctrl-C in a terminal, SLURM's SIGTERM to every process of a job)
+      # would otherwise kill workers mid-message, each printing EOFError/BrokenPipeError
+      # tracebacks while the parent is still shutting down cleanly.
+      signal.signal(signal.SIGINT, signal.SIG_IGN)
+      signal.signal(signal.SIGTERM, signal.SIG_IGN)
       os.environ.update(env_vars)
       # A spawned worker re-imports the parent's main module, which may import JAX, and
       # JAX reads JAX_PLATFORMS on import; no backend has started, so the flag still works.
@@ -101,7 +111,7 @@ class Gymnasium(HostEnvironment):
   def reset(self) -> Tuple[TimeStep, EpisodeStats]:
     # Seed once: seeding every reset would replay the same episodes.
     seed = None if self._seeded else [int(s) for s in env_seeds(self.seed, self.num_envs)]
-    observation, _ = self._env.reset(seed=seed)
+    observation, _ = self._call(self._env.reset, seed=seed)
     self._seeded = self._started = True
     self._last = np.zeros(self.num_envs, np.bool_)
     n = self.num_envs
@@ -115,7 +125,7 @@ class Gymnasium(HostEnvironment):
     action = self._check_action(action)
     if self._action_offset:
       action = action + self._action_offset
-    observation, reward, terminated, truncated, _ = self._env.step(action)
+    observation, reward, terminated, truncated, _ = self._call(self._env.step, action)
     first = self._last
     last = ~first & (np.asarray(terminated, bool) | np.asarray(truncated, bool))
     step_type = np.where(first, StepType.FIRST, np.where(last, StepType.LAST, StepType.MID))
@@ -125,14 +135,72 @@ class Gymnasium(HostEnvironment):
     timestep = host_timestep(step_type, reward, discount, observation)
     return timestep, self._tracker.update(step_type, reward, last)
 
+  def _call(self, method, *args, **kwargs):
+    try:
+      return method(*args, **kwargs)
+    except (EOFError, OSError) as e:  # A broken pipe: a worker process has gone.
+      if not self.asynchronous:
+        raise
+      dead = _dead_workers(self._env)
+      if not dead:
+        raise
+      raise EnvironmentWorkerError(
+          f"{self!r}: {'; '.join(dead)} (seen as {type(e).__name__}: {e}).") from e
+
   def close(self) -> None:
     env, self._env = getattr(self, "_env", None), None
-    if env is not None:
+    if env is None:
+      return
+    if not self.asynchronous or not _dead_workers(env, wait=0.0):
       env.close()
+      return
+    # A dead worker's pipe is broken, so a graceful close would raise a second error on
+    # top of the one that reported the death: stop the other workers instead, with
+    # SIGKILL since they ignore SIGTERM (see `env_factory`) and hold nothing to save.
+    for process in env.processes:
+      if process.is_alive():
+        process.kill()
+    for process in env.processes:
+      process.join(timeout=5.0)
+    for pipe in env.parent_pipes:
+      if pipe is not None:
+        pipe.close()
+    env.closed = True  # Nothing is left to close; keeps Gymnasium's __del__ quiet.
 
   def __repr__(self) -> str:
     return (f"Gymnasium({self.env_id!r}, num_envs={self.num_envs}, "
             f"asynchronous={self.asynchronous})")
+
+
+def _dead_workers(env, wait: float = 1.0) -> List[str]:
+  """'worker I of N (pid P) exit code/signal[, its error]' for each dead worker.
+
+  A worker's pipe breaks a moment before the process can be reaped, so this waits up to
+  `wait` seconds for a death to show.
+  """
+  processes = getattr(env, "processes", [])
+  deadline = time.monotonic() + wait
+  while all(p.is_alive() for p in processes) and time.monotonic() < deadline:
+    time.sleep(0.02)
+  errors = {}
+  try:
+    while True:  # What workers that raised reported before they exited.
+      index, exc_type, value, _ = env.error_queue.get_nowait()
+      errors[index] = f"{getattr(exc_type, '__name__', exc_type)}: {value}"
+  except Exception:  # pylint: disable=broad-except -- queue.Empty, or a broken queue.
+    pass
+  dead = []
+  for i, process in enumerate(processes):
+    if process.is_alive():
+      continue
+    code = process.exitcode
+    how = (f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+           else f"exited with code {code}")
+    line = f"environment worker {i} of {len(processes)} (pid {process.pid}) {how}"
+    if i in errors:
+      line += f" after raising {errors[i]}"
+    dead.append(line)
+  return dead
 
 
 def _observation_spec(space, name: str = "observation") -> Any:

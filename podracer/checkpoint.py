@@ -1,0 +1,123 @@
+"""Checkpoints of a run's whole state, written with orbax-checkpoint, and exact resume.
+
+A runtime that can resume (Anakin) takes a `Checkpointer` and calls `maybe_save` after
+each metrics record, `save` at the end and when it is stopped (SIGTERM, Ctrl-C), and
+`restore` before its first step. A checkpoint holds the runtime's state pytree (networks,
+optimizer state, experience / device replay, environment states, RNG keys, all replicas)
+and, beside it, the step counter and how many records `metrics.jsonl` had, so that a
+resumed run drops the records written after the checkpoint, appends from there, and
+repeats exactly what the uninterrupted run would have done.
+
+Checkpoints live in WORKDIR/checkpoints/<call>/. Orbax writes each one under a temporary
+name and renames it when complete, so a crash while saving never leaves a broken latest
+checkpoint; the last `keep` are kept. Saves copy the state to the host first and are
+synchronous: the runtime donates its state to the next step, so an asynchronous save of
+device buffers could read memory the step is already overwriting.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import jax
+import numpy as np
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+def for_run(config: Any, runtime: Any, workdir: Optional[str],
+            stream=sys.stderr) -> Optional["Checkpointer"]:
+  """A checkpointer for a run in `workdir`, or None: no workdir, a runtime that cannot
+  resume (its `run` takes no `checkpointer`), or orbax-checkpoint missing (said once)."""
+  if not workdir or "checkpointer" not in inspect.signature(runtime.run).parameters:
+    return None
+  try:
+    return Checkpointer(workdir, interval=config.get("checkpoint_interval", 600.0),
+                        keep=config.get("checkpoints_to_keep", 3))
+  except ImportError as e:  # A venv made before it was a dependency: still run.
+    if stream:
+      stream.write(f"Not writing checkpoints: {e} (pip install orbax-checkpoint, see "
+                   "setup.py).\n")
+    return None
+
+
+def has_checkpoint(workdir: str) -> bool:
+  path = os.path.join(workdir, CHECKPOINT_DIR)
+  return os.path.isdir(path) and any(name.isdigit() for name in os.listdir(path))
+
+
+class Checkpointer:
+  """Saves every `interval` seconds (and when asked); restores the latest."""
+
+  def __init__(self, workdir: str, interval: float = 600.0, keep: int = 3):
+    import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+    self._ocp = ocp
+    self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
+    self.interval = interval
+    self._manager = ocp.CheckpointManager(
+        self.directory, options=ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=False))
+    self._last_save = time.monotonic()
+    self.saved_step: Optional[int] = None
+
+  def latest(self) -> Optional[int]:
+    return self._manager.latest_step()
+
+  def num_records(self) -> Optional[int]:
+    """How many metrics records the latest checkpoint's run had written, or None."""
+    step = self.latest()
+    if step is None:
+      return None
+    meta = self._manager.restore(step, args=self._ocp.args.Composite(
+        meta=self._ocp.args.JsonRestore()))["meta"]
+    return int(meta["records"])
+
+  def maybe_save(self, step: int, state: Any, num_records: int) -> None:
+    if time.monotonic() - self._last_save >= self.interval:
+      self.save(step, state, num_records)
+
+  def save(self, step: int, state: Any, num_records: int) -> None:
+    if self._manager.latest_step() == step:
+      return
+    self._manager.save(step, args=self._ocp.args.Composite(
+        state=self._ocp.args.StandardSave(_host_leaves(state)),
+        meta=self._ocp.args.JsonSave(dict(step=step, records=num_records))))
+    self._manager.wait_until_finished()
+    self._last_save = time.monotonic()
+    self.saved_step = step
+
+  def restore(self, like: Any) -> Tuple[Any, int]:
+    """The latest checkpoint's state (host arrays, the pytree of `like`) and its step."""
+    step = self.latest()
+    template = {k: np.zeros(v.shape, v.dtype) for k, v in _host_leaves(like).items()}
+    restored = self._manager.restore(step, args=self._ocp.args.Composite(
+        state=self._ocp.args.StandardRestore(template)))["state"]
+    leaves = [_as_like(np.asarray(restored[k]), x)
+              for k, x in zip(sorted(template), jax.tree.leaves(like))]
+    return jax.tree.unflatten(jax.tree.structure(like), leaves), step
+
+  def close(self) -> None:
+    self._manager.close()
+
+
+# Saved as a flat {index: array} dict: orbax may rebuild NamedTuples as dicts, whose
+# sorted keys would reorder the leaves. Typed PRNG keys are saved as their key data.
+
+
+def _is_key(x: Any) -> bool:
+  return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
+
+
+def _host_leaves(tree: Any) -> Dict[str, np.ndarray]:
+  leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(tree)]
+  return {f"{i:06d}": np.asarray(x) for i, x in enumerate(jax.device_get(leaves))}
+
+
+def _as_like(value: np.ndarray, like: Any) -> Any:
+  if _is_key(like):
+    return jax.random.wrap_key_data(value, impl=jax.random.key_impl(like))
+  return value

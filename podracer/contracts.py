@@ -1,0 +1,135 @@
+"""Contract checks run when a program is built, before anything trains or compiles.
+
+An environment's `reset`, `step` and `spec()` must agree, and an agent's network must
+return what the agent reads (PPO's and IMPALA's logits [B, num_actions] and value [B],
+R2D2's Q-values [B, num_actions]). Otherwise the mistake surfaces late and deep (a chex
+rank error inside rlax, a vmap error inside `VectorEnv`) or not at all (3 logits for 2
+actions samples invalid actions). Each check traces with `jax.eval_shape`, so nothing is
+computed, and raises `ConfigError` with one paragraph naming the component, the field,
+and the expected and actual shape and dtype; the launcher prints it and exits 2.
+
+`check_environment(env)` is exported as `podracer.check_environment` for a user's tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import jax
+import numpy as np
+
+from podracer.errors import ConfigError
+from podracer.types import PyTree, TimeStep
+
+# Observations the network check feeds: a batch size no spec is likely to share, so that
+# a message's shapes show which axis is the batch.
+CHECK_BATCH = 5
+
+
+def check_environment(env: Any, component: Optional[str] = None) -> None:
+  """Checks a JAX environment: `reset`, one `step` and `spec()` agree in structure,
+  shapes and dtypes. Raises ConfigError naming the field that differs."""
+  name = component or f"environment {type(env).__name__}"
+  spec = env.spec()
+  state, first = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+  action = jax.ShapeDtypeStruct(tuple(spec.action.shape), spec.action.dtype)
+  _, stepped = jax.eval_shape(env.step, state, action)
+  _compare(name, "reset", first, "the timestep convention", _timestep_spec(spec, ()))
+  _compare(name, "step", stepped, "reset", first)
+
+
+def check_host_timestep(env: Any, timestep: TimeStep, component: Optional[str] = None) -> None:
+  """Checks a host environment's first timestep ([num_envs, ...]) against its `spec()`."""
+  name = component or f"environment {type(env).__name__}"
+  _compare(name, "reset", timestep, "the timestep convention",
+           _timestep_spec(env.spec(), (env.num_envs,)))
+
+
+def check_network(agent: Any, component: str = "network") -> None:
+  """Applies the agent's network to a dummy batch and checks its outputs against the
+  agent's `expected_outputs` (nothing is checked when the agent expects nothing)."""
+  # Agents that do not derive from `podracer.agent.Agent` declare nothing to check.
+  declared = getattr(agent, "expected_outputs", None)
+  expected = declared(CHECK_BATCH) if declared else None
+  if expected is None:
+    return
+  observation = jax.tree.map(
+      lambda s: jax.ShapeDtypeStruct((CHECK_BATCH, *s.shape), s.dtype), agent.spec.observation)
+  actual = jax.eval_shape(lambda k, o: agent.network_outputs(agent.init_nets(k), o),
+                          jax.random.PRNGKey(0), observation)
+  agent_name = type(agent).__name__
+  for field, (shape, dtype) in expected.items():
+    value = _field(actual, field)
+    if value is None:
+      raise ConfigError(f"{component} returns {_describe_tree(actual)}, which has no "
+                        f"`{field}`; agent {agent_name} reads `{field}` of shape "
+                        f"{list(shape)} and dtype {_dtype_name(dtype)} for a batch of "
+                        f"{CHECK_BATCH} observations.")
+    if tuple(value.shape) != tuple(shape) or not np.issubdtype(value.dtype, dtype):
+      raise ConfigError(f"{component} returns `{field}` of shape {list(value.shape)} and "
+                        f"dtype {np.dtype(value.dtype).name} for a batch of {CHECK_BATCH} "
+                        f"observations, but agent {agent_name} needs shape {list(shape)} "
+                        f"and dtype {_dtype_name(dtype)} (the environment has "
+                        f"{_num_actions(agent.spec)} actions).")
+
+
+def actor_critic_outputs(spec: Any, batch_size: int) -> Dict[str, Tuple[Tuple[int, ...], Any]]:
+  """What an actor-critic agent reads: logits [B, num_actions] and value [B], floats."""
+  return dict(logits=((batch_size, _num_actions(spec)), np.floating),
+              value=((batch_size,), np.floating))
+
+
+def _timestep_spec(spec: Any, batch: Tuple[int, ...]) -> TimeStep:
+  """The (shape, dtype) of each field of a timestep of environments of `spec`."""
+  scalar = lambda dtype: jax.ShapeDtypeStruct(batch, dtype)
+  return TimeStep(step_type=scalar(np.int32), reward=scalar(np.float32),
+                  discount=scalar(np.float32),
+                  observation=jax.tree.map(
+                      lambda s: jax.ShapeDtypeStruct((*batch, *s.shape), s.dtype),
+                      spec.observation))
+
+
+def _compare(component: str, what: str, actual: PyTree, reference: str,
+             expected: PyTree) -> None:
+  """Raises ConfigError at the first field where `actual` and `expected` differ."""
+  found, wanted = _leaves(actual), _leaves(expected)
+  if list(found) != list(wanted):
+    raise ConfigError(f"{component}: {what} returns a timestep with fields "
+                      f"{', '.join(found)} where {reference} has {', '.join(wanted)}.")
+  for path, (shape, dtype) in wanted.items():
+    got_shape, got_dtype = found[path]
+    if (got_shape, got_dtype) != (shape, dtype):
+      # spec() describes observations: name it when that is what disagrees.
+      source = "spec()" if reference != "reset" and path.startswith("observation") else reference
+      raise ConfigError(f"{component}: {what} returns `{path}` of shape {list(got_shape)} "
+                        f"and dtype {got_dtype.name}, but {source} gives shape "
+                        f"{list(shape)} and dtype {dtype.name}.")
+
+
+def _leaves(tree: PyTree) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
+  """{field path: (shape, dtype)}, e.g. 'observation' or "observation['pixels']"."""
+  leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {_path(p): (tuple(x.shape), np.dtype(x.dtype)) for p, x in leaves}
+
+
+def _path(path: Tuple[Any, ...]) -> str:
+  return jax.tree_util.keystr(path).lstrip(".") or "the value"
+
+
+def _field(outputs: PyTree, field: str) -> Any:
+  if isinstance(outputs, dict):
+    return outputs.get(field)
+  return getattr(outputs, field, None)
+
+
+def _describe_tree(tree: PyTree) -> str:
+  return type(tree).__name__ if hasattr(tree, "shape") else \
+      f"{type(tree).__name__} with fields {', '.join(_leaves(tree)) or 'none'}"
+
+
+def _dtype_name(dtype: Any) -> str:
+  return "float" if dtype is np.floating else np.dtype(dtype).name
+
+
+def _num_actions(spec: Any) -> Any:
+  return getattr(spec.action, "num_values", spec.action.shape)

@@ -1,0 +1,65 @@
+"""SIGTERM, what `timeout`, SLURM and Kubernetes send before they kill a job, handled like
+Ctrl-C: the run stops every thread and environment, writes its metrics, plot and `result:`
+line, and the launcher exits with status 143 (128 + SIGTERM), well inside the usual 30 s
+grace period.
+
+The launcher calls `handle_sigterm()` once. The first SIGTERM then raises `Terminated` in
+the main thread; since it is a `KeyboardInterrupt`, every cleanup path the runtimes have
+for Ctrl-C runs for it unchanged. Later SIGTERMs are ignored so that they cannot cut that
+cleanup short (a scheduler follows up with SIGKILL anyway). Inside `deferred()` blocks the
+exception waits for the block to end: Anakin steps its donated state in one, so that the
+state a final checkpoint saves is whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+_deferral = dict(depth=0, pending=False)
+
+EXIT_TERMINATED = 128 + signal.SIGTERM
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+class Terminated(KeyboardInterrupt):
+  """Raised in the main thread by the first SIGTERM."""
+
+  signal_name = "SIGTERM"
+
+
+def handle_sigterm() -> None:
+  """From now on the first SIGTERM raises `Terminated` in the main thread."""
+
+  def on_sigterm(signum, frame):
+    del signum, frame
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if _deferral["depth"]:
+      _deferral["pending"] = True
+    else:
+      raise Terminated()
+
+  signal.signal(signal.SIGTERM, on_sigterm)
+
+
+@contextlib.contextmanager
+def deferred():
+  """A SIGTERM during the block raises `Terminated` when the block ends (main thread)."""
+  _deferral["depth"] += 1
+  try:
+    yield
+  finally:
+    _deferral["depth"] -= 1
+  if _deferral["pending"] and not _deferral["depth"]:
+    _deferral["pending"] = False
+    raise Terminated()
+
+
+def stopped_by(interrupt: KeyboardInterrupt) -> str:
+  """'SIGTERM' or 'SIGINT': which signal a KeyboardInterrupt stands for."""
+  return getattr(interrupt, "signal_name", "SIGINT")
+
+
+def exit_status(interrupt: KeyboardInterrupt) -> int:
+  return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+

@@ -1,0 +1,85 @@
+"""Checks made before anything is built, so that bad input costs no build and no compile.
+
+Each check raises `ConfigError` with one paragraph naming the key and saying what would
+work; the launcher prints it and exits with status 2. Components still check their own
+arguments when they are built: these are the mistakes that would otherwise surface as a
+ZeroDivisionError or a JAX shape error deep in a runtime, or after the whole build.
+The workdir is checked by `podracer.workdir`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from podracer.errors import ConfigError
+
+# Keys that count something: each must be a positive integer wherever a config has it.
+POSITIVE_INTS = (
+    "runtime.num_envs_per_device", "runtime.rollout_length", "runtime.updates_per_call",
+    "runtime.num_envs_per_actor", "runtime.actor_threads_per_device",
+    "runtime.updates_per_batch", "runtime.queue_size",
+    "topology.num_devices", "topology.num_actors", "topology.num_learners",
+    "agent.num_epochs", "agent.num_minibatches", "agent.n_step",
+    "agent.target_update_period",
+    "replay.batch_size", "replay.max_size", "checkpoints_to_keep",
+)
+
+
+def check_config_file(flag_value: str) -> None:
+  """`--config=path/to/config.py:NAME` must name a file that exists."""
+  path = flag_value.split(":", 1)[0]
+  if not os.path.isfile(path):
+    where = f" (looked in {os.getcwd()})" if not os.path.isabs(path) else ""
+    raise ConfigError(f"config file '{path}' does not exist{where}; pass "
+                      "--config=path/to/config.py:NAME, e.g. "
+                      "--config=agents/ppo/config.py:cartpole_anakin.")
+
+
+def check_config(config: Any) -> None:
+  """Sizes positive; Anakin's per-replica batch divisible into the agent's minibatches."""
+  for key in POSITIVE_INTS:
+    value = _lookup(config, key)
+    if value is None:
+      continue
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+      raise ConfigError(f"Config key `{key}` counts something and must be a positive "
+                        f"integer, got {value!r}; set it with --config.{key}=N, N >= 1.")
+  _check_minibatches(config)
+  interval = config.get("checkpoint_interval", 0.0)
+  if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
+    raise ConfigError(f"Config key `checkpoint_interval` is the number of seconds between "
+                      f"checkpoints, >= 0, got {interval!r}.")
+  from podracer.guards import NAN_POLICIES  # Imports JAX: keep the file check above fast.
+  policy = config.get("nan_policy", "stop")
+  if policy not in NAN_POLICIES:
+    raise ConfigError(f"Config key `nan_policy` is one of {', '.join(map(repr, NAN_POLICIES))}"
+                      f" (what a non-finite loss or parameter does), got {policy!r}.")
+
+
+def _check_minibatches(config: Any) -> None:
+  minibatches = _lookup(config, "agent.num_minibatches")
+  envs = _lookup(config, "runtime.num_envs_per_device")
+  length = _lookup(config, "runtime.rollout_length")
+  if None in (minibatches, envs, length):
+    return
+  transitions = envs * length
+  if transitions % minibatches:
+    fits = [n for n in range(1, min(transitions, 64) + 1) if transitions % n == 0]
+    raise ConfigError(
+        f"Each replica's update splits its `runtime.num_envs_per_device` x "
+        f"`runtime.rollout_length` = {envs} x {length} = {transitions} transitions into "
+        f"`agent.num_minibatches` = {minibatches} minibatches of equal size, which "
+        f"{transitions} does not allow; choose a divisor of {transitions} "
+        f"(e.g. {', '.join(map(str, fits[-4:]))}) or change the other two.")
+
+
+def _lookup(config: Any, dotted: str) -> Any:
+  node = config
+  for part in dotted.split("."):
+    if not hasattr(node, "get"):
+      return None
+    node = node.get(part)
+    if node is None:
+      return None
+  return node

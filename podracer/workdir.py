@@ -1,0 +1,124 @@
+"""The run's workdir: checked before the build, and never silently overwritten.
+
+A workdir that already holds a run's metrics is resumed from when it also holds a
+checkpoint (podracer/checkpoint.py) and the same config, the step budget aside; it is
+refused otherwise (a different config, or a run that cannot resume: nothing
+checkpointed, so relaunching would start again from zero and overwrite its metrics)
+unless the launcher is given `--fresh`, which moves the previous run's files into
+`previous/<UTC time>/` inside the workdir and starts over. Nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Optional
+
+from podracer.checkpoint import CHECKPOINT_DIR, has_checkpoint
+from podracer.errors import ConfigError
+from podracer.metrics import METRICS_FILE, PLOT_FILE
+from podracer.tensorboard import EVENTS_PREFIX
+
+CONFIG_FILE = "config.json"
+PREVIOUS_DIR = "previous"
+
+
+def check_writable(workdir: str) -> None:
+  """The workdir must be creatable and writable: found now, not after the build."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
+  except OSError as e:
+    reason = e.strerror or str(e)
+    raise ConfigError(f"--workdir={workdir} cannot be used: {reason}. Metrics, the "
+                      "config and the plot are written there; pass a directory you can "
+                      "create and write to.") from e
+
+
+def previous_records(workdir: str) -> int:
+  """How many metrics records a previous run left in `workdir` (0 if none)."""
+  try:
+    with open(os.path.join(workdir, METRICS_FILE)) as f:
+      return sum(1 for line in f if line.strip())
+  except FileNotFoundError:
+    return 0
+
+
+# What may change between a run and its resumption.
+RESUMABLE_CHANGES = ("total_env_steps",)
+
+
+def prepare(workdir: Optional[str], fresh: bool = False,
+            config: Optional[Any] = None) -> Optional[str]:
+  """Checks `workdir` for `config`'s run; returns what it found to say, or None.
+
+  With `fresh`, moves a previous run aside; with a checkpoint and the same config,
+  leaves it for the run to resume; raises ConfigError for a run it would overwrite.
+  """
+  if not workdir:
+    return None
+  check_writable(workdir)
+  records = previous_records(workdir)
+  if not records:
+    return None
+  if fresh:
+    return f"moved the previous run's files to {move_aside(workdir)}"
+  again = (f"pass --fresh to move the previous run's files into "
+           f"{os.path.join(workdir, PREVIOUS_DIR)}/ and start over, or choose another "
+           "--workdir.")
+  if not has_checkpoint(workdir):
+    raise ConfigError(
+        f"--workdir={workdir} already holds a run ({records} records in {METRICS_FILE}) "
+        "with no checkpoint to resume from (only Anakin runs checkpoint), and a new run "
+        f"would overwrite it: {again}")
+  changed = _changed_keys(workdir, config)
+  if changed:
+    raise ConfigError(
+        f"--workdir={workdir} holds a checkpointed run whose config differs in "
+        f"{', '.join(f'`{k}`' for k in changed)}; a run resumes only with the same config "
+        f"(only {', '.join(RESUMABLE_CHANGES)} may change): {again}")
+  return f"resuming the run in {workdir} from its latest checkpoint"
+
+
+def _changed_keys(workdir: str, config: Optional[Any]) -> list:
+  """Dotted keys whose values differ between the workdir's config.json and `config`."""
+  if config is None:
+    return []
+  try:
+    with open(os.path.join(workdir, CONFIG_FILE)) as f:
+      old = json.load(f)
+  except (OSError, ValueError):
+    return [CONFIG_FILE]
+  new = json.loads(config.to_json_best_effort(sort_keys=True))
+
+  def flat(tree, prefix=""):
+    if not isinstance(tree, dict):
+      return {prefix[:-1]: tree}
+    out = {}
+    for k, v in tree.items():
+      out.update(flat(v, f"{prefix}{k}."))
+    return out
+
+  old, new = flat(old), flat(new)
+  return sorted(k for k in set(old) | set(new)
+                if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k))
+
+
+def move_aside(workdir: str) -> str:
+  """Moves the run outputs in `workdir` into a new `previous/<UTC time>/` folder."""
+  stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+  target = os.path.join(workdir, PREVIOUS_DIR, stamp)
+  suffix = 1
+  while os.path.exists(target):  # Two relaunches within a second.
+    target = os.path.join(workdir, PREVIOUS_DIR, f"{stamp}-{suffix}")
+    suffix += 1
+  os.makedirs(target)
+  for name in sorted(os.listdir(workdir)):
+    if (name in (METRICS_FILE, CONFIG_FILE, PLOT_FILE, CHECKPOINT_DIR)
+        or name.startswith(EVENTS_PREFIX)):
+      shutil.move(os.path.join(workdir, name), os.path.join(target, name))
+  return target

@@ -1,0 +1,91 @@
+"""Checkpoints and exact resume: an Anakin run stopped by SIGTERM and relaunched gives the
+records an uninterrupted run gives, on 8 devices."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from agents.ppo import config as ppo_config
+from podracer import workdir
+from podracer.errors import ConfigError
+from tests.test_preemption import wait_for_records
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Times and rates differ between runs; everything else must not.
+UNEQUAL = {"sps", "wall_time", "includes_compilation", "replay_inserts_per_s",
+           "replay_samples_per_s", "sample_to_insert_ratio"}
+
+CASES = {
+    # 8 devices x 4 envs x 32 steps x 4 updates = 4,096 env steps a call; 12 calls.
+    "ppo_cartpole": ["--config=agents/ppo/config.py:cartpole_anakin",
+                     "--config.runtime.num_envs_per_device=4",
+                     "--config.runtime.rollout_length=32",
+                     "--config.runtime.updates_per_call=4", "--config.total_env_steps=49152"],
+    # The device replay is part of the state; 8 x 4 x 8 x 4 = 1,024 a call; 12 calls.
+    "r2d2_catch": ["--config=agents/r2d2/config.py:catch_anakin",
+                   "--config.runtime.num_envs_per_device=4",
+                   "--config.runtime.updates_per_call=4", "--config.total_env_steps=12288",
+                   "--config.replay.min_size=8"],
+}
+
+
+def start(args, run_dir):
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+             XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+  return subprocess.Popen(
+      [sys.executable, "-m", "podracer.launch", *args, "--config.checkpoint_interval=0",
+       f"--workdir={run_dir}"],
+      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def records(run_dir):
+  lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+  return [{k: v for k, v in json.loads(l).items() if k not in UNEQUAL} for l in lines]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sigterm_then_relaunch_gives_the_records_of_an_uninterrupted_run(case, tmp_path):
+  pytest.importorskip("orbax.checkpoint", reason="orbax-checkpoint is a dependency "
+                      "(setup.py): reinstall the lane with scripts/setup_env.sh")
+  args = CASES[case]
+  whole = start(args, tmp_path / "whole")
+  _, stderr = whole.communicate(timeout=300)
+  assert whole.returncode == 0, stderr
+  expected = records(tmp_path / "whole")
+  assert len(expected) == 12
+
+  run_dir = tmp_path / "stopped"
+  first = start(args, run_dir)
+  wait_for_records(first, run_dir / "metrics.jsonl", 4, timeout=300, poll=0.05)
+  first.send_signal(signal.SIGTERM)
+  stdout, stderr = first.communicate(timeout=60)
+  assert first.returncode == 143, stderr
+  assert "saved a checkpoint at env steps" in stdout
+  stopped_at = len(records(run_dir))
+  assert 4 <= stopped_at < 12, "the run must stop mid-way for the test to mean anything"
+
+  again = start(args, run_dir)
+  stdout, stderr = again.communicate(timeout=300)
+  assert again.returncode == 0, stderr
+  assert "resuming the run" in stdout
+  assert records(run_dir) == expected
+
+
+def test_a_checkpointed_run_with_another_config_is_refused(tmp_path):
+  config = ppo_config.cartpole_anakin()
+  (tmp_path / "metrics.jsonl").write_text('{"env_steps": 1}\n')
+  (tmp_path / "checkpoints" / "3").mkdir(parents=True)
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())
+  config.total_env_steps *= 2  # The budget may change.
+  assert "resuming" in workdir.prepare(str(tmp_path), config=config)
+  config.optimizer.learning_rate = 1.0
+  with pytest.raises(ConfigError, match="`optimizer.learning_rate`"):
+    workdir.prepare(str(tmp_path), config=config)
+  assert "moved" in workdir.prepare(str(tmp_path), fresh=True, config=config)
+  assert not (tmp_path / "checkpoints").exists()

@@ -1,0 +1,53 @@
+"""Bad sizes, paths and config files: one paragraph and exit 2 before anything is built."""
+
+import pytest
+from ml_collections import config_dict
+
+from agents.ppo import config as ppo_config
+from podracer import validation
+from podracer.errors import ConfigError
+from tests.test_launch import launch
+
+BAD_INPUTS = {
+    "num_envs_per_actor=0": (["--config=agents/ppo/config.py:cartpole_sebulba",
+                              "--config.runtime.num_envs_per_actor=0"],
+                             "`runtime.num_envs_per_actor`"),
+    "rollout_length=0": (["--config=agents/ppo/config.py:cartpole_anakin",
+                          "--config.runtime.rollout_length=0"], "`runtime.rollout_length`"),
+    "num_envs_per_device=0": (["--config=agents/ppo/config.py:cartpole_anakin",
+                               "--config.runtime.num_envs_per_device=0"],
+                              "`runtime.num_envs_per_device`"),
+    "updates_per_call=-1": (["--config=agents/ppo/config.py:cartpole_anakin",
+                             "--config.runtime.updates_per_call=-1"],
+                            "`runtime.updates_per_call`"),
+    "minibatches do not divide": (["--config=agents/ppo/config.py:cartpole_anakin",
+                                   "--config.agent.num_minibatches=3"],
+                                  "4 x 128 = 512 transitions"),
+    "workdir not creatable": (["--config=agents/ppo/config.py:cartpole_anakin",
+                               "--workdir=/proc/forbidden"], "--workdir=/proc/forbidden"),
+    "config file missing": (["--config=agents/ppo/no_such_config.py:cartpole_anakin"],
+                            "'agents/ppo/no_such_config.py' does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_exits_2_with_one_paragraph_naming_it(case):
+  args, named = BAD_INPUTS[case]
+  result = launch(*args, timeout=120)
+  assert result.returncode == 2, result.stderr
+  assert "Traceback" not in result.stderr + result.stdout
+  assert result.stderr.startswith("Config error: ") and result.stderr.count("\n\n") == 0
+  assert named in result.stderr.replace("\n", " "), result.stderr
+  assert "env steps" not in result.stdout  # Refused before the run started.
+
+
+def test_sizes_must_be_positive_integers_and_unset_placeholders_pass():
+  config = ppo_config.cartpole_sebulba()
+  validation.check_config(config)  # topology.num_actors etc. are None placeholders.
+  config.topology.num_learners = 0
+  with pytest.raises(ConfigError, match="`topology.num_learners`"):
+    validation.check_config(config)
+  config = config_dict.ConfigDict(dict(agent=dict(num_epochs=True)))
+  with pytest.raises(ConfigError, match="`agent.num_epochs`"):
+    validation.check_config(config)
+

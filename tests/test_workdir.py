@@ -1,0 +1,93 @@
+"""The workdir: checked before the build, a previous run refused or moved aside, strict JSON."""
+
+import io
+import json
+import math
+
+import pytest
+
+from agents.ppo import config as ppo_config
+from podracer import builder, launch as launcher, workdir
+from podracer.errors import ConfigError, ThreadFailure
+from podracer.metrics import MetricsLogger
+from tests.test_launch import launch
+
+OLD_RECORDS = "".join(json.dumps(dict(env_steps=i, episode_return=1.0)) + "\n"
+                      for i in (1, 2, 3))
+
+
+def previous_run(path):
+  path.mkdir(parents=True, exist_ok=True)
+  (path / "metrics.jsonl").write_text(OLD_RECORDS)
+  (path / "config.json").write_text("{}")
+  (path / "learning_curve.png").write_bytes(b"png")
+  (path / "events.out.tfevents.1.host").write_bytes(b"tb")
+  (path / "notes.txt").write_text("mine")
+  return path
+
+
+def test_relaunch_into_a_workdir_with_metrics_is_refused_and_leaves_it_alone(tmp_path):
+  run = previous_run(tmp_path / "run")
+  result = launch("--config=agents/ppo/config.py:cartpole_anakin", f"--workdir={run}")
+  assert result.returncode == 2, result.stderr
+  assert "Traceback" not in result.stderr
+  assert "3 records" in result.stderr and "--fresh" in result.stderr
+  assert (run / "metrics.jsonl").read_text() == OLD_RECORDS
+
+
+def test_fresh_moves_the_previous_run_aside_and_deletes_nothing(tmp_path):
+  run = previous_run(tmp_path / "run")
+  with pytest.raises(ConfigError, match="already holds a run"):
+    workdir.prepare(str(run))
+  found = workdir.prepare(str(run), fresh=True)
+  moved = found.rsplit(" ", 1)[1]
+  assert found.startswith("moved") and moved.startswith(str(run / "previous"))
+  with open(f"{moved}/metrics.jsonl") as f:
+    assert f.read() == OLD_RECORDS
+  assert sorted(p.name for p in (run / "previous").iterdir()) == [moved.rsplit("/", 1)[1]]
+  assert {p.name for p in run.iterdir()} == {"previous", "notes.txt"}
+  assert workdir.prepare(str(run)) is None  # Now empty of runs: a new one may start.
+  # Relaunching twice within a second must not overwrite the first move.
+  previous_run(run)
+  again = workdir.prepare(str(run), fresh=True).rsplit(" ", 1)[1]
+  assert again != moved and (run / "previous").exists()
+
+
+def test_workdir_that_is_a_file_is_refused(tmp_path):
+  (tmp_path / "file").write_text("")
+  with pytest.raises(ConfigError, match="cannot be used"):
+    workdir.prepare(str(tmp_path / "file" / "run"))
+  workdir.prepare(str(tmp_path / "new" / "run"))
+  assert (tmp_path / "new" / "run").is_dir()
+
+
+def test_metrics_jsonl_is_strict_json_with_null_for_non_finite(tmp_path):
+  logger = MetricsLogger(str(tmp_path), stream=None)
+  logger.write(dict(env_steps=1, loss=float("nan"), value=float("inf"), episode_return=2.0))
+  logger.close()
+
+  def refuse(token):
+    raise ValueError(f"non-strict JSON token {token}")
+
+  line = (tmp_path / "metrics.jsonl").read_text()
+  record = json.loads(line, parse_constant=refuse)
+  assert record["loss"] is None and record["value"] is None
+  assert record["episode_return"] == 2.0
+  assert math.isnan(logger.records[0]["loss"])  # In memory, for the guards and summary.
+
+
+def test_a_run_that_fails_before_its_first_record_says_so(tmp_path, monkeypatch, capsys):
+  class FailingExperiment:
+    def run(self, workdir, stream):
+      self.logger = MetricsLogger(workdir, stream=stream)
+      try:
+        raise ThreadFailure("actor-0-0 failed: boom")
+      finally:
+        self.logger.close()
+
+  monkeypatch.setattr(builder, "build", lambda config: FailingExperiment())
+  with pytest.raises(ThreadFailure):
+    launcher.run(ppo_config.cartpole_anakin(), str(tmp_path), stream=io.StringIO())
+  assert "recorded no metrics before it failed" in capsys.readouterr().err
+  assert (tmp_path / "metrics.jsonl").read_text() == ""
+  assert not (tmp_path / "learning_curve.png").exists()  # No blank plot.
