@@ -10,7 +10,7 @@ runtimes bind to the devices that learn.
 from __future__ import annotations
 
 import abc
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Mapping, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -37,8 +37,12 @@ class Agent(abc.ABC):
     self.spec = spec
 
   @classmethod
-  def gradient_steps_per_update(cls, **config: Any) -> int:
-    """Optimizer steps one `update` makes, so learning-rate schedules can be sized."""
+  def gradient_steps_per_update(cls, **config: Any) -> Union[int, Mapping[str, int]]:
+    """Optimizer steps one `update` makes, so learning-rate schedules can be sized.
+
+    An int applies to every optimizer; agents whose optimizers step at different rates
+    return {constructor parameter: steps}, e.g. {"actor_optimizer": 1, ...}.
+    """
     del config
     return 1
 

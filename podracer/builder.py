@@ -10,26 +10,31 @@ registered component and giving its keyword arguments:
     optimizer.name  -> registry.optimizers        replay.name   -> registry.replay
 
 The agent's constructor says which components it needs (its `network`, `loss`,
-`optimizer`, `replay` parameters); only those sections are built.
+`optimizer`, `replay` parameters, or roles of the first three such as `actor_network`,
+`critic_optimizer`); only those sections are built, each from the section of the same
+name.
 """
 
 from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Dict, Optional, TextIO
+from typing import Any, Dict, Mapping, Optional, TextIO
 
 from podracer import registry
 from podracer.errors import ConfigError
 from podracer.metrics import MetricsLogger
 
-# The optional components an agent may ask for by naming a constructor parameter.
+# The optional components an agent may ask for by naming a constructor parameter: the
+# kind itself (`optimizer`) or a role of it (`critic_optimizer`), built from the config
+# section of the same name.
 AGENT_COMPONENTS = {
     "network": registry.networks,
     "loss": registry.losses,
     "optimizer": registry.optimizers,
     "replay": registry.replay,
 }
+ROLE_KINDS = ("network", "loss", "optimizer")
 REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
 
 
@@ -95,22 +100,43 @@ def _check_required(config: Any) -> None:
     raise ConfigError(f"Config key `stop_at_return` must be a number, got {target!r}.")
 
 
+def agent_components(params: Any) -> Dict[str, Any]:
+  """{constructor parameter: registry} for the components an agent's signature names."""
+  found = {}
+  for param in params:
+    if param in AGENT_COMPONENTS:
+      found[param] = AGENT_COMPONENTS[param]
+    else:
+      kind = param.rsplit("_", 1)[-1]
+      if kind in ROLE_KINDS and param != kind:
+        found[param] = AGENT_COMPONENTS[kind]
+  return found
+
+
+def _optimizer_steps(factory: Any, agent_kwargs: Dict[str, Any], param: str,
+                     total_updates: int) -> int:
+  """Optimizer steps of the run for `param`: an int per update, or one per role."""
+  per_update = factory.gradient_steps_per_update(**agent_kwargs)
+  if isinstance(per_update, Mapping):
+    per_update = per_update[param]
+  return total_updates * per_update
+
+
 def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
   """The agent from `config.agent`, with the component sections its constructor names."""
   agent_kwargs = dict(config.agent)
   factory = registry.agents.get(agent_kwargs.pop("name", None), key="agent.name")
   params = inspect.signature(factory).parameters
   injected: Dict[str, Any] = {"spec": spec}
-  for name, reg in AGENT_COMPONENTS.items():
-    if name not in params:
-      continue
+  for name, reg in agent_components(params).items():
     if name not in config:
       raise ConfigError(f"Agent '{config.agent.name}' needs a `{name}` section in the "
                         f"config (`{name}.name` is one of: {', '.join(reg.names())}).")
-    extra: Dict[str, Any] = {"spec": spec} if name == "network" else {}
-    if name == "optimizer":
-      per_update = factory.gradient_steps_per_update(**agent_kwargs)
-      extra["total_steps"] = total_updates * per_update
+    extra: Dict[str, Any] = {}
+    if reg is registry.networks:
+      extra["spec"] = spec
+    if reg is registry.optimizers:
+      extra["total_steps"] = _optimizer_steps(factory, agent_kwargs, name, total_updates)
     injected[name] = registry.build(reg, config[name], key=name, **extra)
   agent_section = dict(config.agent)
   return registry.build(registry.agents, agent_section, key="agent", **injected)

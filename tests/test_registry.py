@@ -87,3 +87,48 @@ def test_builtin_components_are_registered():
   assert "ppo" in registry.losses and "ppo" in registry.agents
   assert "adam" in registry.optimizers and "replicate" in registry.topologies
   assert "anakin" in registry.runtimes
+
+
+def test_builder_builds_each_role_from_its_own_section_with_its_own_step_count():
+  """`<role>_optimizer` / `<role>_network` parameters get the section of that name, and
+  each optimizer the run's steps of its role."""
+  from ml_collections import config_dict
+  from podracer.builder import build_agent
+
+  built = []
+
+  @registry.optimizers.register("test_recording_opt", override=True)
+  def recording_opt(total_steps, learning_rate):
+    built.append((learning_rate, total_steps))
+    return ("opt", learning_rate, total_steps)
+
+  @registry.agents.register("test_two_role_agent", override=True)
+  class TwoRoles:
+    def __init__(self, spec, actor_optimizer, critic_optimizer, critic_network, tau=0.1):
+      self.actor_optimizer, self.critic_optimizer = actor_optimizer, critic_optimizer
+      self.critic_network = critic_network
+
+    @classmethod
+    def gradient_steps_per_update(cls, tau=0.1):
+      return {"actor_optimizer": 1, "critic_optimizer": 3}
+
+  register_builtin_components()
+  config = config_dict.ConfigDict(dict(
+      agent=dict(name="test_two_role_agent", tau=0.5),
+      actor_optimizer=dict(name="test_recording_opt", learning_rate=1e-3),
+      critic_optimizer=dict(name="test_recording_opt", learning_rate=2e-3),
+      critic_network=dict(name="mlp_actor_critic")))
+  from podracer.types import ArraySpec, DiscreteSpec, EnvSpec
+  import numpy as np
+  spec = EnvSpec(ArraySpec((4,), np.float32), DiscreteSpec(2))
+  try:
+    agent = build_agent(config, spec, total_updates=10)
+    assert agent.actor_optimizer == ("opt", 1e-3, 10)
+    assert agent.critic_optimizer == ("opt", 2e-3, 30)
+    assert hasattr(agent.critic_network, "apply")  # the network got its spec
+    del config.critic_optimizer
+    with pytest.raises(ConfigError, match="needs a `critic_optimizer` section"):
+      build_agent(config, spec, total_updates=10)
+  finally:
+    registry.optimizers.unregister("test_recording_opt")
+    registry.agents.unregister("test_two_role_agent")

@@ -1,0 +1,101 @@
+"""The gradient step, owned by the framework: losses in, updated parameters out.
+
+An agent describes what it learns as one or more `Objective`s: a loss, the optimizer
+that applies its gradients, and which parameters that optimizer owns. `gradient_step`
+takes every objective's gradient, averages it over the replicas that learn
+(`replica_mean`, the cross-replica sum of TF-Replicator and Anakin) and applies it, so no
+agent repeats `value_and_grad`, `replica_mean` and the optax update, and an agent with
+several losses and optimizers (actor and critic, as in D4PG or SAC) is just a list.
+
+With one objective (`owns=None`), `nets` are the network's parameters and the optimizer
+owns all of them. With several, `nets` is a dict and each objective owns some of its
+top-level keys; keys no objective owns (target networks) are the agent's to update.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+
+import jax
+import optax
+
+from podracer.types import PyTree, replica_mean
+
+Metrics = Dict[str, jax.Array]
+
+
+class Objective(NamedTuple):
+  """One loss and the optimizer that applies its gradients to the parameters it owns.
+
+  loss(nets, batch, key) -> (scalar, metrics): `nets` is the WHOLE nets pytree; the
+  gradient is taken only with respect to the owned part, the rest held constant.
+  Clipping and schedules live inside the optax `optimizer`.
+  """
+  name: str
+  loss: Callable[..., Tuple[jax.Array, Metrics]]
+  optimizer: optax.GradientTransformation
+  owns: Optional[Tuple[str, ...]] = None  # top-level keys of nets; None: all of nets
+
+
+def _owned(objective: Objective, nets: PyTree) -> PyTree:
+  if objective.owns is None:
+    return nets
+  missing = [k for k in objective.owns if k not in nets]
+  if missing:
+    raise KeyError(f"Objective '{objective.name}' owns {missing}, which nets (keys "
+                   f"{sorted(nets)}) does not have.")
+  return {k: nets[k] for k in objective.owns}
+
+
+def _with_owned(objective: Objective, nets: PyTree, owned: PyTree) -> PyTree:
+  if objective.owns is None:
+    return owned
+  return {**nets, **owned}
+
+
+def init_opt_state(objectives: Sequence[Objective], nets: PyTree) -> Dict[str, PyTree]:
+  """{objective.name: its optimizer's state for the parameters it owns}."""
+  names = [o.name for o in objectives]
+  if len(set(names)) != len(names):
+    raise ValueError(f"Objective names must be unique, got {names}.")
+  return {o.name: o.optimizer.init(_owned(o, nets)) for o in objectives}
+
+
+def gradient_step(objectives: Sequence[Objective], nets: PyTree, opt_state: Dict[str, PyTree],
+                  batch: PyTree, key: Optional[jax.Array]
+                  ) -> Tuple[PyTree, Dict[str, PyTree], Metrics]:
+  """One optimizer step per objective, in order; each sees the nets the ones before it left.
+
+  Must run where `podracer.types.REPLICA_AXIS` is bound (both runtimes bind it).
+  With one objective, the loss gets `key` itself and the metrics are its own plus
+  `loss`; with several, each gets its own split of `key` and every metric is prefixed
+  with the objective's name and an underscore: `critic_loss`, `critic_q_mean`,
+  `actor_entropy`. Metrics are returned as the loss gave them (any shape), so an agent
+  can also pass out per-example values (TD errors for priorities) and pop them.
+  """
+  objectives = tuple(objectives)
+  if len(objectives) == 1:
+    keys = (key,)
+  else:
+    keys = (None,) * len(objectives) if key is None else tuple(
+        jax.random.split(key, len(objectives)))
+  opt_state = dict(opt_state)
+  metrics: Metrics = {}
+  for objective, objective_key in zip(objectives, keys):
+    params = _owned(objective, nets)
+
+    def loss_of_owned(owned, objective=objective, objective_key=objective_key):
+      return objective.loss(_with_owned(objective, nets, owned), batch, objective_key)
+
+    (loss, objective_metrics), grads = jax.value_and_grad(loss_of_owned, has_aux=True)(
+        params)
+    grads = replica_mean(grads)
+    updates, opt_state[objective.name] = objective.optimizer.update(
+        grads, opt_state[objective.name], params)
+    nets = _with_owned(objective, nets, optax.apply_updates(params, updates))
+    objective_metrics = dict(objective_metrics, loss=loss)
+    if len(objectives) == 1:
+      metrics.update(objective_metrics)
+    else:
+      metrics.update({f"{objective.name}_{k}": v for k, v in objective_metrics.items()})
+  return nets, opt_state, metrics
