@@ -3,18 +3,21 @@
 An agent is written once, for one replica and a batch of environments. Anakin compiles
 `act`, `observe` and `update` into one program replicated over devices; Sebulba calls
 `act` from actor threads on actor devices and `observe` + `update` on learner devices.
-Gradients are shared across replicas with `podracer.types.replica_mean`, which both
-runtimes bind to the devices that learn.
+An agent supplies its losses as `podracer.learning.Objective`s and lets
+`podracer.learning.gradient_step` take, average (over the replicas both runtimes bind to
+the devices that learn) and apply their gradients.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Dict, Mapping, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import jax
 import jax.numpy as jnp
 
+from podracer.experience import Replay
+from podracer.learning import Objective, init_opt_state
 from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
 
 Metrics = Dict[str, jax.Array]
@@ -33,6 +36,14 @@ class Agent(abc.ABC):
   # bootstrap step; recurrent replay agents ask for more, to burn in their state.
   trajectory_overlap: int = 1
 
+  # What `update` learns from, handed to `podracer.learning.gradient_step`; the default
+  # `init_opt` keeps one optimizer state per objective.
+  objectives: Tuple[Objective, ...] = ()
+
+  # Where experience lives (podracer.experience): None keeps the latest trajectory in
+  # the compiled program; a replay component keeps `replay_items` of every trajectory.
+  replay: Optional[Replay] = None
+
   def __init__(self, spec: EnvSpec):
     self.spec = spec
 
@@ -46,22 +57,37 @@ class Agent(abc.ABC):
     del config
     return 1
 
-  @abc.abstractmethod
   def init_nets(self, key: jax.Array) -> PyTree:
-    """Network parameters (identical on every replica for the same key)."""
+    """Network parameters (identical on every replica for the same key).
 
-  @abc.abstractmethod
+    By default the parameters of `self.network` (a Haiku transform), initialised on one
+    dummy observation; agents with several networks return a dict of them.
+    """
+    network = getattr(self, "network", None)
+    if network is None:
+      raise NotImplementedError(f"{type(self).__name__} has no `network`: it must define "
+                                f"init_nets.")
+    return network.init(key, dummy_observation(self.spec))
+
   def init_opt(self, nets: PyTree) -> PyTree:
-    """Optimizer (and other learner) state for `nets`."""
+    """Optimizer (and other learner) state for `nets`; by default, one optimizer state
+    per objective (`podracer.learning.init_opt_state` of `self.objectives`)."""
+    return init_opt_state(self.objectives, nets)
 
   def init_actor(self, key: jax.Array, num_envs: int) -> PyTree:
     """Per-environment actor state (recurrent state, exploration); none by default."""
     del key, num_envs
     return ()
 
-  @abc.abstractmethod
   def init_experience(self, trajectory_spec: Trajectory) -> PyTree:
-    """Experience state, given the shapes of one trajectory ([T+K, B, ...])."""
+    """Experience state, given the shapes of one trajectory ([T+K, B, ...]).
+
+    By default: with no `replay`, room for the latest trajectory (on-policy); with one,
+    the replay's state for items of `replay_items`'s shapes.
+    """
+    if self.replay is None:
+      return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory_spec)
+    return self.replay.init(item_spec(self, trajectory_spec))
 
   @abc.abstractmethod
   def act(self, nets: PyTree, actor_state: PyTree, timestep: TimeStep,
@@ -72,10 +98,28 @@ class Agent(abc.ABC):
   def observe(self, experience: PyTree, trajectory: Trajectory) -> PyTree:
     """Adds one trajectory to the experience (keeps it, or writes it to replay)."""
 
+  def replay_items(self, trajectory: Trajectory) -> PyTree:
+    """What one trajectory adds to the replay, batch-major: [B, ...] items, one per env.
+
+    By default each environment's whole [T+K] stretch of the trajectory is one item.
+    """
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), trajectory)
+
   @abc.abstractmethod
   def update(self, nets: PyTree, opt: PyTree, experience: PyTree,
              key: jax.Array) -> Tuple[PyTree, PyTree, PyTree, Metrics]:
-    """One learner update; average gradients with `replica_mean` before applying them."""
+    """One learner update; `podracer.learning.gradient_step` applies the objectives."""
+
+
+def dummy_observation(spec: EnvSpec) -> PyTree:
+  """A batch of one zero observation, to initialise networks with."""
+  return jax.tree.map(lambda s: jnp.zeros((1, *s.shape), s.dtype), spec.observation)
+
+
+def item_spec(agent: Agent, trajectory_spec: Trajectory) -> PyTree:
+  """Shapes of ONE replay item (no batch axis) of a trajectory of `trajectory_spec`."""
+  return jax.eval_shape(lambda t: jax.tree.map(lambda x: x[0], agent.replay_items(t)),
+                        trajectory_spec)
 
 
 def first_entries(first: Trajectory, overlap: int) -> Trajectory:

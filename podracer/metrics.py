@@ -1,4 +1,5 @@
-"""Where a run's numbers go: a progress line, `metrics.jsonl`, and a learning-curve plot."""
+"""Where a run's numbers go: a progress line, `metrics.jsonl`, and a learning-curve plot;
+and the host-side meters runtimes fill records with (replay rates, device counters)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import math
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO, Tuple
+
+import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "learning_curve.png"
@@ -102,6 +105,34 @@ class MetricsLogger:
     if not self.workdir:
       return None
     return plot_learning_curve(self.records, os.path.join(self.workdir, PLOT_FILE), title)
+
+
+class RateMeter:
+  """Turns a replay's running insert and sample totals into rates between two records."""
+
+  def __init__(self, inserts: int = 0, samples: int = 0):
+    self._totals = (inserts, samples)
+    self._time = time.perf_counter()
+
+  def rates(self, inserts: int, samples: int) -> Dict[str, float]:
+    now = time.perf_counter()
+    elapsed = max(now - self._time, 1e-9)
+    new_inserts, new_samples = inserts - self._totals[0], samples - self._totals[1]
+    self._totals, self._time = (inserts, samples), now
+    return dict(replay_inserts_per_s=new_inserts / elapsed,
+                replay_samples_per_s=new_samples / elapsed,
+                sample_to_insert_ratio=new_samples / max(new_inserts, 1))
+
+
+def device_counts(replay: Any, experience: Any) -> Optional[Tuple[int, int]]:
+  """Items inserted and sampled so far, summed over replicas; None if not a device replay
+  (or before its state exists). Reads two scalars per replica from the devices."""
+  counts = getattr(replay, "counts", None)
+  if counts is None or experience is None:
+    return None
+  import jax  # Lazy: the logger itself needs no JAX.
+  inserts, samples = jax.device_get(counts(experience))
+  return int(np.sum(inserts, dtype=np.int64)), int(np.sum(samples, dtype=np.int64))
 
 
 def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "") -> str:

@@ -103,7 +103,7 @@ def test_burn_in_steps_get_no_gradient():
   def loss_of_observations(observation):
     items = sample.items._replace(timestep=sample.items.timestep._replace(
         observation=observation))
-    return agent._loss(nets, nets, items, jnp.ones(observation.shape[0]))[0]
+    return agent._loss(nets, (items, jnp.ones(observation.shape[0]), nets), None)[0]
 
   grads = jax.grad(loss_of_observations)(sample.items.timestep.observation)
   burn = agent.burn_in
@@ -124,7 +124,7 @@ def test_trajectories_repeat_the_last_overlap_entries_of_the_previous_one():
   experiment = builder.build(config)
   runtime = experiment.runtime
   agent = experiment.agent
-  overlapping = OverlappingPPO(agent.spec, agent.network, agent.loss, agent.optimizer,
+  overlapping = OverlappingPPO(agent.spec, agent.network, agent.loss, agent.objectives[0].optimizer,
                                num_minibatches=2)
   runtime.setup(overlapping)
   state = runtime.init()

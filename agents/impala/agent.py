@@ -17,7 +17,8 @@ import optax
 from podracer import registry
 from podracer.agent import Agent
 from podracer.components.losses import categorical_log_prob, vtrace_batch
-from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory, replica_mean
+from podracer.learning import Objective, gradient_step
+from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 
 
 @registry.agents.register("impala")
@@ -29,18 +30,8 @@ class IMPALA(Agent):
     super().__init__(spec)
     self.network = network
     self.loss = loss
-    self.optimizer = optimizer
+    self.objectives = (Objective("impala", self._loss, optimizer),)
     self.discount = discount
-
-  def init_nets(self, key):
-    dummy = jax.tree.map(lambda s: jnp.zeros((1, *s.shape), s.dtype), self.spec.observation)
-    return self.network.init(key, dummy)
-
-  def init_opt(self, nets):
-    return self.optimizer.init(nets)
-
-  def init_experience(self, trajectory_spec: Trajectory) -> Trajectory:
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory_spec)
 
   def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
     logits = self.network.apply(nets, timestep.observation).logits
@@ -53,21 +44,19 @@ class IMPALA(Agent):
     return trajectory
 
   def update(self, nets, opt, experience: Trajectory, key):
-    del key
     batch = vtrace_batch(experience.timestep, experience.action,
                          experience.extras["log_prob"], discount=self.discount)
+    nets, opt, metrics = gradient_step(self.objectives, nets, opt, (experience, batch), key)
+    return nets, opt, experience, metrics
+
+  def _loss(self, nets, experience_and_batch, key):
+    del key
+    experience, batch = experience_and_batch
     time_and_batch = experience.action.shape[:2]
-
-    def loss_fn(params):
-      # Feedforward nets see T+1 steps of B envs as one batch of (T+1)*B observations.
-      flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]),
-                          experience.timestep.observation)
-      out = self.network.apply(params, flat)
-      logits = out.logits.reshape(*time_and_batch, -1)
-      values = out.value.reshape(time_and_batch)
-      return self.loss(logits[:-1], values, batch)
-
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(nets)
-    grads = replica_mean(grads)
-    updates, opt = self.optimizer.update(grads, opt, nets)
-    return optax.apply_updates(nets, updates), opt, experience, metrics
+    # Feedforward nets see T+1 steps of B envs as one batch of (T+1)*B observations.
+    flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]),
+                        experience.timestep.observation)
+    out = self.network.apply(nets, flat)
+    logits = out.logits.reshape(*time_and_batch, -1)
+    values = out.value.reshape(time_and_batch)
+    return self.loss(logits[:-1], values, batch)

@@ -18,7 +18,8 @@ from podracer import registry
 from podracer.agent import Agent
 from podracer.components.losses import (PolicyGradientBatch, categorical_log_prob,
                                         generalized_advantages, transition_mask)
-from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory, replica_mean
+from podracer.learning import Objective, gradient_step
+from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 
 
 @registry.agents.register("ppo")
@@ -31,7 +32,7 @@ class PPO(Agent):
     super().__init__(spec)
     self.network = network
     self.loss = loss
-    self.optimizer = optimizer
+    self.objectives = (Objective("ppo", self._loss, optimizer),)
     self.discount = discount
     self.gae_lambda = gae_lambda
     self.num_epochs = num_epochs
@@ -41,16 +42,6 @@ class PPO(Agent):
   def gradient_steps_per_update(cls, num_epochs: int = 4, num_minibatches: int = 4,
                                 **unused: Any) -> int:
     return num_epochs * num_minibatches
-
-  def init_nets(self, key):
-    dummy = jax.tree.map(lambda s: jnp.zeros((1, *s.shape), s.dtype), self.spec.observation)
-    return self.network.init(key, dummy)
-
-  def init_opt(self, nets):
-    return self.optimizer.init(nets)
-
-  def init_experience(self, trajectory_spec: Trajectory) -> Trajectory:
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), trajectory_spec)
 
   def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
     out = self.network.apply(nets, timestep.observation)
@@ -69,16 +60,10 @@ class PPO(Agent):
       raise ValueError(f"{num_transitions} transitions per replica do not split into "
                        f"{self.num_minibatches} minibatches.")
 
-    def loss_fn(params, minibatch: PolicyGradientBatch):
-      out = self.network.apply(params, minibatch.observation)
-      return self.loss(out.logits, out.value, minibatch)
-
     def minibatch_step(carry, minibatch):
-      params, opt_state = carry
-      grads, metrics = jax.grad(loss_fn, has_aux=True)(params, minibatch)
-      grads = replica_mean(grads)
-      updates, opt_state = self.optimizer.update(grads, opt_state, params)
-      return (optax.apply_updates(params, updates), opt_state), metrics
+      nets, opt = carry
+      nets, opt, metrics = gradient_step(self.objectives, nets, opt, minibatch, None)
+      return (nets, opt), metrics
 
     def epoch(carry, epoch_key):
       order = jax.random.permutation(epoch_key, num_transitions)
@@ -90,6 +75,11 @@ class PPO(Agent):
                                         jax.random.split(key, self.num_epochs))
     metrics = jax.tree.map(jnp.mean, metrics)
     return nets, opt, experience, metrics
+
+  def _loss(self, nets, minibatch: PolicyGradientBatch, key):
+    del key
+    out = self.network.apply(nets, minibatch.observation)
+    return self.loss(out.logits, out.value, minibatch)
 
   def _batch(self, trajectory: Trajectory) -> PolicyGradientBatch:
     """Flattens a [T+1, B] trajectory into the [T*B] transitions the loss sees."""

@@ -25,8 +25,8 @@ from podracer import registry
 from podracer.agent import Agent
 from podracer.components.networks import RecurrentQNetwork
 from podracer.components.replay import importance_weights
-from podracer.types import (ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory,
-                            replica_mean)
+from podracer.learning import Objective, gradient_step
+from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
 
 
 class R2D2ActorState(NamedTuple):
@@ -97,7 +97,7 @@ class R2D2(Agent):
       raise ValueError(f"`agent.n_step` must be >= 1 and `agent.burn_in` >= 0, got "
                        f"{n_step} and {burn_in}.")
     self.network = network
-    self.optimizer = optimizer
+    self.objectives = (Objective("r2d2", self._loss, optimizer),)
     self.replay = replay
     self.discount = discount
     self.n_step = n_step
@@ -117,23 +117,14 @@ class R2D2(Agent):
 
   # -- state -----------------------------------------------------------------------
 
-  def init_nets(self, key):
-    dummy = jax.tree.map(lambda s: jnp.zeros((1, *s.shape), s.dtype), self.spec.observation)
-    return self.network.init(key, dummy)
-
   def init_opt(self, nets):
-    return R2D2LearnerState(self.optimizer.init(nets), nets, jnp.zeros((), jnp.int32))
+    return R2D2LearnerState(super().init_opt(nets), nets, jnp.zeros((), jnp.int32))
 
   def init_actor(self, key, num_envs):
     del key
     return R2D2ActorState(self.network.initial_state(num_envs),
                           apex_epsilons(num_envs, self.epsilon_base, self.epsilon_alpha),
                           jnp.zeros((num_envs,), jnp.int32))
-
-  def init_experience(self, trajectory_spec: Trajectory):
-    one_item = jax.eval_shape(lambda t: jax.tree.map(lambda x: x[0], self.replay_items(t)),
-                              trajectory_spec)
-    return self.replay.init(one_item)
 
   # -- acting ----------------------------------------------------------------------
 
@@ -169,18 +160,16 @@ class R2D2(Agent):
       nets, opt, experience = args
       sample = self.replay.sample(experience, key)
       weights = importance_weights(sample, self.importance_sampling_exponent)
-      (loss, (abs_td, mask, q)), grads = jax.value_and_grad(self._loss, has_aux=True)(
-          nets, opt.target, sample.items, weights)
-      grads = replica_mean(grads)
-      updates, optimizer = self.optimizer.update(grads, opt.optimizer, nets)
-      nets = optax.apply_updates(nets, updates)
+      nets, optimizer, out = gradient_step(self.objectives, nets, opt.optimizer,
+                                           (sample.items, weights, opt.target), None)
+      abs_td, mask, q = out["abs_td"], out["mask"], out["q"]
       count = opt.updates + 1
       target = jax.tree.map(
           lambda online, old: jnp.where(count % self.target_update_period == 0, online, old),
           nets, opt.target)
       priorities = sequence_priorities(abs_td, mask, self.priority_eta)
       experience = self.replay.update_priorities(experience, sample, priorities)
-      metrics = dict(loss=loss, mean_q=jnp.mean(q), mean_abs_td=jnp.mean(abs_td),
+      metrics = dict(loss=out["loss"], mean_q=jnp.mean(q), mean_abs_td=jnp.mean(abs_td),
                      mean_priority=jnp.mean(priorities), learning=jnp.float32(1.0))
       return (nets, R2D2LearnerState(optimizer, target, count), experience), metrics
 
@@ -197,8 +186,11 @@ class R2D2(Agent):
     size = getattr(self.replay, "size", None)
     return {} if size is None else dict(replay_size=jnp.float32(size(experience)))
 
-  def _loss(self, params, target_params, items: Trajectory, weights):
-    """Mean importance-weighted 0.5 td^2 over the learned steps of a [B, S] batch."""
+  def _loss(self, params, batch, key):
+    """Mean importance-weighted 0.5 td^2 over the learned steps of a [B, S] batch; also
+    the absolute TD errors, their mask and the online Q-values, for priorities."""
+    del key
+    items, weights, target_params = batch
     time_major = lambda x: jnp.swapaxes(x, 0, 1)
     timestep = jax.tree.map(time_major, items.timestep)      # [S, B]
     action = time_major(items.action)
@@ -233,5 +225,5 @@ class R2D2(Agent):
     td, mask = td[:learned], not_reset[:learned]
     loss = jnp.sum(weights[None] * 0.5 * jnp.square(td) * mask) / jnp.maximum(
         jnp.sum(mask), 1.0)
-    return loss, (jnp.abs(td), mask, q[:learned])
+    return loss, dict(abs_td=jnp.abs(td), mask=mask, q=q[:learned])
 

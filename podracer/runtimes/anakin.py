@@ -19,7 +19,7 @@ import numpy as np
 from podracer import registry
 from podracer.agent import Agent, first_entries
 from podracer.components.environments.base import VectorEnv, VectorEnvState
-from podracer.components.replay import RateMeter, device_counts
+from podracer.metrics import RateMeter, device_counts
 from podracer.errors import ConfigError
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, EnvSpec, PyTree, Trajectory,

@@ -28,7 +28,8 @@ import numpy as np
 
 from podracer import registry
 from podracer.agent import Agent, first_entries
-from podracer.components.replay import RateMeter, Sample, device_counts
+from podracer.experience import Sample
+from podracer.metrics import RateMeter, device_counts
 from podracer.errors import ConfigError, ReplayTimeout, ThreadFailure
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import REPLICA_AXIS, EnvSpec, PyTree, TimeStep, Trajectory, strip_weak_types

@@ -1,6 +1,7 @@
 """Replay components (`registry.replay`): where off-policy agents keep their experience.
 
-An agent talks to its replay only through in-graph methods that mean the same thing for
+They implement the experience interface of `podracer.experience` (Sample lives there):
+an agent talks to its replay only through in-graph methods that mean the same thing for
 every kind, so the agent's code does not change when `--config.replay.name` does:
 
   init(item_spec) -> state               item_spec: PyTree of jax.ShapeDtypeStruct, ONE item
@@ -20,28 +21,15 @@ Kinds (`kind` attribute):
             `write_priorities(keys, priorities)`, `info()`, `close()`.
 
 Runtimes report a replay's throughput (items inserted and sampled per second, and their
-ratio) with `RateMeter`, from running totals: a host replay's `info()`, or a device
-replay's `counts(state)`, read on the host when a metrics record is written.
+ratio) with `podracer.metrics.RateMeter`, from running totals: a host replay's `info()`,
+or a device replay's `counts(state)`, read on the host when a metrics record is written.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Dict, NamedTuple, Optional, Tuple
-
 import jax
-import numpy as np
 
-from podracer.types import PyTree
-
-
-class Sample(NamedTuple):
-  """A batch drawn from a replay, with what prioritized replay's corrections need."""
-  items: PyTree              # [batch, ...] the sampled items
-  indices: jax.Array         # [batch] int32: buffer slots (device) / rows of the host batch
-  probabilities: jax.Array   # [batch] float32: the probability each item was drawn with
-  size: jax.Array            # [] int32: items in the replay when the batch was drawn
-  priorities: jax.Array      # [batch] float32: new priorities (host kind), else unused
+from podracer.experience import Sample
 
 
 def importance_weights(sample: Sample, exponent: float) -> jax.Array:
@@ -52,34 +40,7 @@ def importance_weights(sample: Sample, exponent: float) -> jax.Array:
   return weights / jnp.max(weights)
 
 
-class RateMeter:
-  """Turns a replay's running insert and sample totals into rates between two records."""
-
-  def __init__(self, inserts: int = 0, samples: int = 0):
-    self._totals = (inserts, samples)
-    self._time = time.perf_counter()
-
-  def rates(self, inserts: int, samples: int) -> Dict[str, float]:
-    now = time.perf_counter()
-    elapsed = max(now - self._time, 1e-9)
-    new_inserts, new_samples = inserts - self._totals[0], samples - self._totals[1]
-    self._totals, self._time = (inserts, samples), now
-    return dict(replay_inserts_per_s=new_inserts / elapsed,
-                replay_samples_per_s=new_samples / elapsed,
-                sample_to_insert_ratio=new_samples / max(new_inserts, 1))
-
-
-def device_counts(replay: Any, experience: Any) -> Optional[Tuple[int, int]]:
-  """Items inserted and sampled so far, summed over replicas; None if not a device replay
-  (or before its state exists). Reads two scalars per replica from the devices."""
-  counts = getattr(replay, "counts", None)
-  if counts is None or experience is None:
-    return None
-  inserts, samples = jax.device_get(counts(experience))
-  return int(np.sum(inserts, dtype=np.int64)), int(np.sum(samples, dtype=np.int64))
-
-
-__all__ = ["RateMeter", "Sample", "device_counts", "importance_weights"]
+__all__ = ["Sample", "importance_weights"]
 
 # Importing the implementations registers them (Reverb itself is imported lazily).
 from podracer.components.replay import device, reverb_replay  # noqa: E402,F401

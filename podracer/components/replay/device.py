@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
-from podracer.components.replay import Sample
+from podracer.experience import Sample
 from podracer.types import PyTree, strip_weak_types
 
 

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
-from podracer.components.replay import Sample
+from podracer.experience import Sample
 from podracer.components.replay.reverb_server import (check_table_args,
                                                       default_error_buffer,
                                                       import_reverb, make_server,
