@@ -24,11 +24,11 @@ import numpy as np
 import optax
 
 from podracer import registry
-from podracer.agent import Agent
+from podracer.agent import Agent, dummy_observation
 from podracer.components.losses import (soft_policy_loss, soft_q_target, temperature_loss,
                                         twin_q_loss)
 from podracer.components.networks import GaussianPolicyNetwork
-from podracer.learning import Objective, gradient_step, init_opt_state
+from podracer.learning import Objective, gradient_step
 from podracer.types import ActorOutput, EnvSpec, StepType, TimeStep, Trajectory
 
 
@@ -87,29 +87,26 @@ class SAC(Agent):
 
   # -- state -----------------------------------------------------------------------
 
+  # init_opt (one optimizer state per objective) and init_experience (the replay's, for
+  # `replay_items`) are the base class's.
+
   def init_nets(self, key):
     actor_key, critic_key = jax.random.split(key)
-    observation = jax.tree.map(lambda s: jnp.zeros((1, *s.shape), s.dtype),
-                               self.spec.observation)
+    observation = dummy_observation(self.spec)
     action = jnp.zeros((1, *self.spec.action.shape), jnp.float32)
     critic = self.critic.init(critic_key, observation, action)
     return dict(actor=self.actor.init(actor_key, observation), critic=critic,
                 target_critic=critic,
                 log_alpha=jnp.asarray(np.log(self.initial_alpha), jnp.float32))
 
-  def init_opt(self, nets):
-    return init_opt_state(self.objectives, nets)
-
-  def init_experience(self, trajectory_spec: Trajectory):
-    one_item = jax.eval_shape(lambda t: jax.tree.map(lambda x: x[0], transitions(t)[0]),
-                              trajectory_spec)
-    return self.replay.init(one_item)
-
   # -- acting and experience -------------------------------------------------------
 
   def act(self, nets, actor_state, timestep: TimeStep, key):
     action, _ = self.actor.sample(nets["actor"], timestep.observation, key)
     return ActorOutput(action, {}), actor_state
+
+  def replay_items(self, trajectory: Trajectory) -> Transition:
+    return transitions(trajectory)[0]
 
   def observe(self, experience, trajectory: Trajectory):
     items, real = transitions(trajectory)
