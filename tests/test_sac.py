@@ -148,3 +148,23 @@ def test_sac_pendulum_sebulba_reaches_minus_250_within_150k_steps():
   runtime = config.runtime
   # Within the budget, give or take the last batch of each of the two actor threads.
   _reached(records, 150_000 + 2 * runtime.num_envs_per_actor * runtime.rollout_length)
+
+
+def test_sac_anakin_on_8_devices_keeps_replicas_equal_with_their_own_replays():
+  """Each replica acts in its own environments and fills its own replay shard; the three
+  optimizers apply replica-averaged gradients, so every replica's nets stay equal."""
+  from podracer.metrics import MetricsLogger
+  config = sac_config.pendulum_anakin()
+  config.topology.num_devices = 8
+  config.runtime.updates_per_call = 10
+  config.replay.update(dict(min_size=16, max_size=1_000))
+  config.total_env_steps = 2 * 8 * 8 * 10  # two calls of 10 updates of 8 x 8 env steps
+  logger = MetricsLogger(stream=None)
+  state = builder.build(config).runtime.run(logger)
+  assert len(logger.records) == 2 and logger.records[-1]["learning"] == 1.0
+  assert np.isfinite(logger.records[-1]["critic_loss"])
+  replay = state.agent.experience
+  np.testing.assert_array_equal(np.asarray(replay.inserts), np.full(8, 20 * 8))
+  assert not np.array_equal(replay.items.observation[0], replay.items.observation[1])
+  for leaf in jax.tree.leaves(state.agent.nets):
+    np.testing.assert_array_equal(leaf[0], leaf[7])
