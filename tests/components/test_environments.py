@@ -418,6 +418,19 @@ def test_gymnax_adapter_separates_truncation_from_termination(monkeypatch):
   assert run(0, 5) == [(1, 1.0, 1.0)] * 4 + [(2, 1.0, 1.0)]
 
 
+def test_gymnax_box_action_spaces_keep_their_bounds(monkeypatch):
+  class Continuous(_FakeGymnaxEnv):
+    def action_space(self, params):
+      del params
+      return types.SimpleNamespace(shape=(1,), dtype=jnp.float32, low=jnp.array(-2.0),
+                                   high=jnp.array(2.0))
+
+  fake = types.ModuleType("gymnax")
+  fake.make = lambda env_id, **kw: (Continuous(), _FakeParams())
+  monkeypatch.setitem(sys.modules, "gymnax", fake)
+  assert Gymnax("Fake-v0").spec().action == ArraySpec((1,), jnp.float32, "action", -2.0, 2.0)
+
+
 # Pendulum.
 
 
