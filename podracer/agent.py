@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from podracer.experience import Replay
 from podracer.learning import Objective, init_opt_state
-from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
+from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 
 Metrics = Dict[str, jax.Array]
 
@@ -120,20 +120,3 @@ def item_spec(agent: Agent, trajectory_spec: Trajectory) -> PyTree:
   """Shapes of ONE replay item (no batch axis) of a trajectory of `trajectory_spec`."""
   return jax.eval_shape(lambda t: jax.tree.map(lambda x: x[0], agent.replay_items(t)),
                         trajectory_spec)
-
-
-def first_entries(first: Trajectory, overlap: int) -> Trajectory:
-  """The [K, B] entries a run starts from: K-1 padding entries, then `first` ([B]).
-
-  Padding entries copy `first` but are LAST steps with zero reward and discount, as if an
-  episode had just ended: the step after a LAST is a FIRST, and transitions out of a LAST
-  step are ignored, so no agent learns from the padding.
-  """
-  def pad(x):
-    return jnp.broadcast_to(x, (overlap - 1, *jnp.shape(x)))
-  padding = jax.tree.map(pad, first)
-  ts = padding.timestep
-  padding = padding._replace(timestep=ts._replace(
-      step_type=jnp.full_like(ts.step_type, StepType.LAST),
-      reward=jnp.zeros_like(ts.reward), discount=jnp.zeros_like(ts.discount)))
-  return jax.tree.map(lambda p, x: jnp.concatenate([p, x[None]]), padding, first)

@@ -24,6 +24,7 @@ from typing import Any, Dict, Mapping, Optional, TextIO
 from podracer import registry
 from podracer.errors import ConfigError
 from podracer.metrics import MetricsLogger
+from podracer.runtime import Plan
 
 # The optional components an agent may ask for by naming a constructor parameter: the
 # kind itself (`optimizer`) or a role of it (`critic_optimizer`), built from the config
@@ -39,22 +40,25 @@ REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent
 
 
 def register_builtin_components() -> None:
-  """Imports the modules whose import registers podracer's own components and agents."""
+  """Imports the modules whose import registers podracer's own components and runtimes.
+
+  The library knows no agents: `podracer.launch` (the application) registers the
+  built-in ones, and a config's own module registers any other.
+  """
   import podracer.components  # noqa: F401
   import podracer.runtimes  # noqa: F401
-  import agents  # noqa: F401
 
 
 class Experiment:
   """A built run: `run()` trains and returns a summary of the metrics."""
 
-  def __init__(self, config: Any, runtime: Any, agent: Any):
-    self.config, self.runtime, self.agent = config, runtime, agent
+  def __init__(self, config: Any, runtime: Any, agent: Any, plan: Plan):
+    self.config, self.runtime, self.agent, self.plan = config, runtime, agent, plan
 
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
           print_interval: float = 1.0) -> Dict[str, Any]:
     logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
-                           total_env_steps=self.runtime.num_calls * self.runtime.steps_per_call,
+                           total_env_steps=self.plan.total_env_steps,
                            stop_at_return=self.config.get("stop_at_return"))
     try:
       self.runtime.run(logger)
@@ -142,15 +146,30 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
   return registry.build(registry.agents, agent_section, key="agent", **injected)
 
 
-def build(config: Any) -> Experiment:
-  """Looks every component of `config` up in the registries and wires them together."""
+def build(config: Any, agent: Any = None) -> Experiment:
+  """Looks every component of `config` up in the registries and wires them together.
+
+  One straight line: the plan from the config and topology, the environment's spec from
+  its factory, the agent, then the runtime given the agent. `agent` replaces the one
+  `config.agent` describes (tests use it to run a variant).
+  """
   register_builtin_components()
   _check_required(config)
   topology = registry.build(registry.topologies, config.topology, key="topology")
+  runtime_cls = registry.runtimes.get(_name(config.runtime, "runtime"), key="runtime.name")
+  options = registry.build(registry.runtimes, config.runtime, key="runtime",
+                           factory=runtime_cls.Options)
+  plan = options.plan(topology, config.total_env_steps)
   env_factory = EnvironmentFactory(config.env)
-  runtime = registry.build(registry.runtimes, config.runtime, key="runtime",
-                           env_factory=env_factory, topology=topology, seed=config.seed,
-                           total_env_steps=config.total_env_steps)
-  agent = build_agent(config, runtime.spec, runtime.num_updates)
-  runtime.setup(agent)
-  return Experiment(config, runtime, agent)
+  if agent is None:
+    spec = runtime_cls.environment_spec(env_factory, config.seed)
+    agent = build_agent(config, spec, plan.num_updates)
+  runtime = runtime_cls(agent, env_factory, topology, options, plan, config.seed)
+  return Experiment(config, runtime, agent, plan)
+
+
+def _name(section: Any, key: str) -> Any:
+  name = section.get("name") if hasattr(section, "get") else None
+  if name is None:
+    raise ConfigError(f"Config key `{key}.name` is missing: say which {key} to use.")
+  return name

@@ -36,10 +36,23 @@ def _fail(message: str) -> None:
   sys.exit(EXIT_CONFIG_ERROR)
 
 
+def register_builtin_components() -> None:
+  """Registers podracer's components and runtimes, and the agents that ship with it.
+
+  The application, not the library, knows the built-in agents: `podracer/` never
+  imports `agents`, so an agent is a plug-in like any user's.
+  """
+  from podracer import builder  # Imports JAX: keep `--help` fast.
+  import agents  # noqa: F401  # pylint: disable=import-outside-toplevel
+
+  builder.register_builtin_components()
+
+
 def run(config, workdir=None, stream=sys.stdout):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
+  register_builtin_components()
   experiment = builder.build(config)
   if workdir:
     os.makedirs(workdir, exist_ok=True)

@@ -107,6 +107,68 @@ class MetricsLogger:
     return plot_learning_curve(self.records, os.path.join(self.workdir, PLOT_FILE), title)
 
 
+def episode_sums(stats: Any, xp: Any = np) -> Any:
+  """[count, return sum, length sum] of the episodes that ended at `stats.done` steps.
+
+  `stats` is an EpisodeStats of any shape; `xp` is numpy on the host or jax.numpy in a
+  compiled program (Anakin sums in the graph, Sebulba's actors on the host).
+  """
+  done = stats.done
+  return xp.stack([
+      xp.sum(done.astype(xp.float32)),
+      xp.sum(xp.where(done, stats.episode_return, 0.0)),
+      xp.sum(xp.where(done, stats.episode_length, 0)).astype(xp.float32)])
+
+
+def episode_record(sums: Any) -> Dict[str, float]:
+  """The record keys of `episode_sums` (summed further): mean return and length, count."""
+  count, return_sum, length_sum = (float(x) for x in sums)
+  if not count:
+    return {}
+  return dict(episode_return=return_sum / count, episode_length=length_sum / count,
+              episodes=count)
+
+
+def learner_record(metrics: Dict[str, Any]) -> Dict[str, float]:
+  """A learner's metrics (scalars, or one per update) as record values: their means."""
+  return {k: float(np.mean(v)) for k, v in metrics.items()}
+
+
+class Window:
+  """What a runtime sums between two metrics records; every runtime writes through one.
+
+  `add_steps` counts env steps and finished episodes, `add_mean` a value to average over
+  the window (timings, policy lag; names in `means` are reported, 0 if never added),
+  `metrics` holds the learner's latest metrics. `record` turns the window into one record.
+  """
+
+  def __init__(self, means: Tuple[str, ...] = ()):
+    self.start = time.perf_counter()
+    self.env_steps = 0
+    self.episodes = np.zeros(3)
+    self._sums: Dict[str, float] = {k: 0.0 for k in means}
+    self._counts: Dict[str, int] = {k: 0 for k in means}
+    self.metrics: Dict[str, Any] = {}
+
+  def add_steps(self, env_steps: int, episodes: Any = None) -> None:
+    self.env_steps += env_steps
+    if episodes is not None:
+      self.episodes += np.asarray(episodes, np.float64).reshape(-1, 3).sum(0)
+
+  def add_mean(self, name: str, value: float) -> None:
+    self._sums[name] = self._sums.get(name, 0.0) + value
+    self._counts[name] = self._counts.get(name, 0) + 1
+
+  def record(self, env_steps: int, updates: int) -> Dict[str, Any]:
+    elapsed = max(time.perf_counter() - self.start, 1e-9)
+    record: Dict[str, Any] = dict(env_steps=env_steps, updates=updates,
+                                  sps=self.env_steps / elapsed)
+    record.update({k: v / max(self._counts[k], 1) for k, v in self._sums.items()})
+    record.update(episode_record(self.episodes))
+    record.update(learner_record(self.metrics))
+    return record
+
+
 class RateMeter:
   """Turns a replay's running insert and sample totals into rates between two records."""
 

@@ -121,12 +121,10 @@ def test_trajectories_repeat_the_last_overlap_entries_of_the_previous_one():
   config.topology.num_devices = 1
   config.runtime.update(dict(num_envs_per_device=2, rollout_length=4, updates_per_call=1))
   config.agent.num_minibatches = 2
-  experiment = builder.build(config)
-  runtime = experiment.runtime
-  agent = experiment.agent
-  overlapping = OverlappingPPO(agent.spec, agent.network, agent.loss, agent.objectives[0].optimizer,
-                               num_minibatches=2)
-  runtime.setup(overlapping)
+  agent = builder.build(config).agent
+  overlapping = OverlappingPPO(agent.spec, agent.network, agent.loss,
+                               agent.objectives[0].optimizer, num_minibatches=2)
+  runtime = builder.build(config, agent=overlapping).runtime
   state = runtime.init()
   trajectories = []
   for _ in range(2):

@@ -3,7 +3,7 @@
 import pytest
 
 from podracer import registry
-from podracer.builder import register_builtin_components
+from podracer.launch import register_builtin_components
 from podracer.errors import ConfigError
 from podracer.registry import DuplicateComponentError, Registry, UnknownComponentError
 

@@ -24,7 +24,8 @@ from podracer import builder, registry
 from podracer.components.environments.host import EpisodeTracker, HostEnvironment, host_timestep
 from podracer.errors import ConfigError, ThreadFailure
 from podracer.metrics import MetricsLogger
-from podracer.runtimes.sebulba import ParamsStore, _stack_and_split
+from podracer.runtimes.sebulba import ParamsStore
+from podracer.runtimes.sebulba.actor import stack_and_split as _stack_and_split
 from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, Trajectory
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

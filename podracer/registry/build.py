@@ -43,18 +43,21 @@ def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, what
         f"{what} needs {', '.join(f'`{key}.{m}`' for m in missing)} in the config.")
 
 
-def build(registry, section: Any, *, key: str, **injected: Any) -> Any:
+def build(registry, section: Any, *, key: str, factory: Any = None,
+          **injected: Any) -> Any:
   """`registry[section.name](**section_without_name, **injected)`, with clear errors.
 
   `injected` are arguments the builder supplies (the action spec, a total step count) and
-  which a config must not set.
+  which a config must not set. `factory` builds the section instead of the registered
+  component itself (a runtime's section builds its `Options`).
   """
   kwargs = _as_dict(section, key)
   name = kwargs.pop("name", None)
   if name is None:
     raise ConfigError(f"Config key `{key}.name` is missing: say which {registry.kind} to "
                       f"use, one of: {', '.join(registry.names())}.")
-  factory = registry.get(name, key=f"{key}.name")
+  registered = registry.get(name, key=f"{key}.name")
+  factory = registered if factory is None else factory
   clash = sorted(set(kwargs) & set(injected))
   if clash:
     raise ConfigError(f"Config key(s) {', '.join(f'`{key}.{c}`' for c in clash)} are set "

@@ -1,0 +1,61 @@
+"""The Runtime interface, and the plan of a run that the builder computes before any build.
+
+A runtime runs one agent on one kind of environment over some devices. The builder
+builds it in one straight line (podracer/builder.py):
+
+  options = Runtime.Options(**config.runtime)          # its config section, checked
+  plan    = options.plan(topology, total_env_steps)    # pure arithmetic: steps, updates
+  spec    = Runtime.environment_spec(env_factory, seed)
+  agent   = the agent, its optimizers sized by plan.num_updates
+  runtime = Runtime(agent, env_factory, topology, options, plan, seed)
+  runtime.run(logger)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NamedTuple, Protocol
+
+from podracer.types import EnvSpec
+
+
+class Plan(NamedTuple):
+  """How a run divides its env steps: a function of the config and topology alone."""
+  steps_per_call: int    # env steps per call (Anakin) or learner batch (Sebulba)
+  num_calls: int         # calls (or batches) in the run
+  updates_per_call: int  # agent updates per call (or batch)
+
+  @property
+  def num_updates(self) -> int:
+    return self.num_calls * self.updates_per_call
+
+  @property
+  def total_env_steps(self) -> int:
+    return self.num_calls * self.steps_per_call
+
+
+def plan_calls(steps_per_call: int, updates_per_call: int, total_env_steps: int) -> Plan:
+  """Whole calls that cover `total_env_steps` (at least one)."""
+  num_calls = max(1, -(-total_env_steps // steps_per_call))
+  return Plan(steps_per_call, num_calls, updates_per_call)
+
+
+class RuntimeOptions(Protocol):
+  """A runtime's config section (`runtime.*` keys other than `name`)."""
+
+  def plan(self, topology: Any, total_env_steps: int) -> Plan: ...
+
+
+class Runtime(Protocol):
+  """What the builder and launcher need of a runtime."""
+  Options: ClassVar[type]  # builds RuntimeOptions from the config section
+
+  @classmethod
+  def environment_spec(cls, env_factory: Any, seed: int) -> EnvSpec:
+    """The environment's spec, refusing (ConfigError) environments it cannot run."""
+
+  def __init__(self, agent: Any, env_factory: Any, topology: Any, options: Any,
+               plan: Plan, seed: int): ...
+
+  def run(self, logger: Any) -> Any:
+    """Trains, writing records to `logger`, until the plan is done or its target is
+    reached; returns the final state."""

@@ -1,0 +1,178 @@
+"""A Sebulba actor thread: steps its host environments, acts on its device, and hands
+each [T+K, B] trajectory to an output: the learners' queue, or a host replay.
+
+While one thread steps its environments on the CPU, its device runs another thread's
+inference, which is why each actor device runs several threads.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer import trajectories
+from podracer.agent import Agent
+from podracer.errors import ReplayTimeout
+from podracer.experience import HostReplay
+from podracer.metrics import episode_sums
+from podracer.runtimes.sebulba import threads
+from podracer.runtimes.sebulba.params import ParamsStore, shard_over
+from podracer.types import PyTree, Trajectory
+
+
+class Batch(NamedTuple):
+  """What an actor thread hands the learner for each trajectory."""
+  shards: PyTree          # Trajectory [L, T+K, B/L] sharded over the learners; None
+                          # when the trajectory went to a host replay instead
+  params_version: int     # version of the parameters that acted
+  env_steps: int
+  episodes: np.ndarray    # metrics.episode_sums over the episodes that ended
+  actor_times: Dict[str, float]
+
+
+def act_and_advance_key(act, params, actor_state, timestep, key):
+  # Splitting the key inside the jitted call saves a dispatch per environment step.
+  key, act_key = jax.random.split(key)
+  out, actor_state = act(params, actor_state, timestep, act_key)
+  return out, actor_state, key
+
+
+def split_for_learners(num_learners: int, trajectory: Trajectory) -> Trajectory:
+  """[T+K, B] -> [L, T+K, B/L]: learner i gets environments i*B/L to (i+1)*B/L - 1."""
+  def split(x):
+    x = x.reshape(x.shape[0], num_learners, -1, *x.shape[2:])
+    return jnp.moveaxis(x, 1, 0)
+  return jax.tree.map(split, trajectory)
+
+
+def stack_and_split(num_learners: int, entries: List[Trajectory]) -> Trajectory:
+  """T+K entries of [B, ...] -> a [L, T+K, B/L, ...] trajectory, one slice per learner."""
+  return split_for_learners(num_learners, trajectories.stack(entries))
+
+
+def _assembled(fn: Callable[[Trajectory], PyTree], overlap: int):
+  """(earlier, stepped entries, pending) -> (fn(trajectory), the next `earlier`)."""
+  def finish(earlier, stepped, pending):
+    trajectory = trajectories.assemble(earlier, trajectories.stack(stepped), pending)
+    return fn(trajectory), trajectories.split_last(
+        trajectories.last_entries(trajectory, overlap))[0]
+  return jax.jit(finish)
+
+
+class ToLearners:
+  """Splits each trajectory along B over the learner devices and queues the shards."""
+
+  def __init__(self, learner_devices: List[jax.Device], batches: "queue.Queue",
+               overlap: int):
+    self.learners, self.batches = learner_devices, batches
+    self.finish = _assembled(lambda t: split_for_learners(len(learner_devices), t),
+                             overlap)
+
+  def deliver(self, split: PyTree, batch: Batch, stop: threading.Event) -> Optional[float]:
+    """Queues the batch; the seconds it waited for room, or None if the run stopped."""
+    return _timed_put(self.batches, batch._replace(shards=shard_over(self.learners, split)),
+                      stop)
+
+
+class ToReplay:
+  """Inserts each trajectory's replay items into a host replay; the learner's queue
+  (unbounded, so it never holds an actor back) gets only the batch's statistics."""
+
+  def __init__(self, agent: Agent, replay: HostReplay, batches: "queue.Queue"):
+    self.replay, self.batches = replay, batches
+    self.finish = _assembled(agent.replay_items, agent.trajectory_overlap)
+
+  def deliver(self, items: PyTree, batch: Batch, stop: threading.Event) -> Optional[float]:
+    """Inserts the items, then queues the statistics; None if the run stopped."""
+    start = time.perf_counter()
+    items = jax.device_get(items)
+    # The rate limiter may hold inserts back for long: retry while the run goes on.
+    while not stop.is_set():
+      try:
+        self.replay.insert(items)
+        break
+      except ReplayTimeout:
+        continue
+    else:
+      return None
+    batch.actor_times["actor_wait_replay"] = time.perf_counter() - start
+    return _timed_put(self.batches, batch, stop)
+
+
+def _timed_put(q: "queue.Queue", batch: Batch, stop: threading.Event) -> Optional[float]:
+  start = time.perf_counter()
+  return time.perf_counter() - start if threads.put(q, batch, stop) else None
+
+
+class Actor:
+  """One actor thread's loop (`run`), on one actor device with its own environments."""
+
+  def __init__(self, agent: Agent, act: Callable[..., Any], env_factory: Callable[..., Any],
+               device: jax.Device, index: int, seed: int, num_envs: int,
+               rollout_length: int, store: ParamsStore, output: Any,
+               fail_after_first_batch: bool = False):
+    self.agent, self.act, self.device, self.store, self.output = (
+        agent, act, device, store, output)
+    self.num_envs, self.rollout_length = num_envs, rollout_length
+    self.fail_after_first_batch = fail_after_first_batch
+    self.key = jax.device_put(jax.random.PRNGKey(seed * 7919 + 1 + index), device)
+    self.env = env_factory(num_envs=num_envs, seed=seed * 10_000 + index)
+
+  def run(self, stop: threading.Event) -> None:
+    try:
+      self._loop(stop)
+    finally:
+      self.env.close()
+
+  def _loop(self, stop: threading.Event) -> None:
+    agent, key = self.agent, self.key
+    key, init_key = jax.random.split(key)
+    actor_state = jax.device_put(agent.init_actor(init_key, self.num_envs), self.device)
+    timestep, _ = self.env.reset()
+    pending = earlier = None
+    queue_wait = 0.0
+    while not stop.is_set():
+      start = time.perf_counter()
+      params, version = self.store.get(self.device)
+      # Queue waits are reported with the next batch: this one is already handed over.
+      times = dict(actor_wait_params=time.perf_counter() - start, actor_env=0.0,
+                   actor_inference=0.0, actor_wait_queue=queue_wait)
+      if pending is None:
+        out, next_state, key = self.act(params, actor_state, timestep, key)
+        pending = Trajectory(timestep, actor_state, out.action, out.extras)
+        actor_state = next_state
+        earlier, _ = trajectories.split_last(
+            trajectories.first_entries(pending, agent.trajectory_overlap))
+      stepped = []
+      episodes = np.zeros(3)
+      for _ in range(self.rollout_length):
+        if stop.is_set():
+          return
+        t0 = time.perf_counter()
+        action = np.asarray(pending.action)  # Waits for this thread's inference.
+        t1 = time.perf_counter()
+        timestep, stats = self.env.step(action)
+        t2 = time.perf_counter()
+        stats = jax.tree.map(np.asarray, stats)
+        if stats.done.any():
+          episodes += episode_sums(stats, np)
+        out, next_state, key = self.act(params, actor_state, timestep, key)
+        stepped.append(pending)
+        pending = Trajectory(timestep, actor_state, out.action, out.extras)
+        actor_state = next_state
+        times["actor_inference"] += t1 - t0
+        times["actor_env"] += t2 - t1
+      output, earlier = self.output.finish(earlier, stepped, pending)
+      batch = Batch(None, version, self.num_envs * self.rollout_length, episodes, times)
+      queue_wait = self.output.deliver(output, batch, stop)
+      if queue_wait is None:
+        return
+      if self.fail_after_first_batch:
+        # After its first batch, so the learner and the other actors are mid-run.
+        raise threads.injected_failure("actor")

@@ -1,0 +1,180 @@
+"""Sebulba's learner thread: one loop over a source of batches.
+
+A source says what each update learns from:
+  FromQueue   the trajectories actors queued, already sharded over the learner devices:
+              `observe` + `updates_per_batch` x `update`, pmapped over the learners.
+  FromReplay  batches sampled from a host replay as fast as its rate limiter allows; the
+              actors' queue brings only their statistics; new priorities go back.
+The loop (`Learner.run`) learns, pushes the new parameters to the actor devices, and
+writes a metrics record through one `metrics.Window` every `log_interval` seconds.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer.agent import Agent
+from podracer.errors import ReplayTimeout
+from podracer.experience import HostReplay, sample_for_replicas
+from podracer.metrics import RateMeter, Window, device_counts
+from podracer.runtime import Plan
+from podracer.runtimes.compile_once import compile_once
+from podracer.runtimes.sebulba import threads
+from podracer.runtimes.sebulba.actor import Batch
+from podracer.runtimes.sebulba.params import ParamsStore, first_replica, shard_over
+from podracer.types import REPLICA_AXIS, PyTree
+
+LearnerState = Tuple[PyTree, PyTree, PyTree]  # nets, opt, experience: [L, ...] each
+
+
+class Step(NamedTuple):
+  inputs: Any           # what the source's `learn` takes; None: nothing yet, poll again
+  batches: List[Batch]  # actor batches that arrived (env steps, episodes, lag, timings)
+
+
+def _replica_mean_of_means(metrics):
+  return jax.lax.pmean(jax.tree.map(jnp.mean, metrics), REPLICA_AXIS)
+
+
+class FromQueue:
+  """Learns from each actor trajectory in turn (the experience is in-graph)."""
+
+  def __init__(self, agent: Agent, learners: List[jax.Device], updates_per_batch: int,
+               batches: "queue.Queue"):
+    self.agent, self.batches = agent, batches
+    self.updates_per_batch = updates_per_batch
+    self.meter = RateMeter()  # Rates of a device replay on the learners, if any.
+    self._learn = jax.pmap(compile_once(self._learn_replica, "The Sebulba learner step"),
+                           axis_name=REPLICA_AXIS, devices=learners, donate_argnums=(0,))
+
+  def _learn_replica(self, state, trajectory, key):
+    nets, opt, experience = state
+    experience = self.agent.observe(experience, trajectory)
+
+    def one_update(carry, update_key):
+      nets, opt, experience = carry
+      nets, opt, experience, metrics = self.agent.update(nets, opt, experience, update_key)
+      return (nets, opt, experience), metrics
+
+    state, metrics = jax.lax.scan(one_update, (nets, opt, experience),
+                                  jax.random.split(key, self.updates_per_batch))
+    return state, _replica_mean_of_means(metrics)
+
+  def next(self, stop: threading.Event) -> Optional[Step]:
+    batch = threads.get(self.batches, stop)
+    return None if batch is None else Step(batch.shards, [batch])
+
+  def learn(self, state: LearnerState, shards: Any, keys: np.ndarray):
+    return self._learn(state, shards, keys)
+
+  def extras(self, state: LearnerState) -> Dict[str, float]:
+    counts = device_counts(self.agent.replay, state[2])
+    return self.meter.rates(*counts) if counts else {}
+
+
+class FromReplay:
+  """Learns from batches sampled from a host replay, writing new priorities back."""
+
+  def __init__(self, agent: Agent, replay: HostReplay, learners: List[jax.Device],
+               batches: "queue.Queue"):
+    self.agent, self.replay, self.learners, self.batches = agent, replay, learners, batches
+    info = replay.info()
+    self.meter = RateMeter(info["replay_inserts"], info["replay_samples"])
+    self._learn = jax.pmap(compile_once(self._learn_replica,
+                                        "The Sebulba replay learner step"),
+                           axis_name=REPLICA_AXIS, devices=learners, donate_argnums=(0,))
+
+  def _learn_replica(self, nets_opt, sample, key):
+    nets, opt = nets_opt
+    nets, opt, sample, metrics = self.agent.update(nets, opt, sample, key)
+    return (nets, opt), sample.priorities, _replica_mean_of_means(metrics)
+
+  def next(self, stop: threading.Event) -> Optional[Step]:
+    del stop  # Sampling waits at most the replay's timeout.
+    arrived = threads.drain(self.batches)
+    n = len(self.learners)
+    try:
+      items, keys, probabilities, size = self.replay.sample_batch(self.replay.batch_size * n)
+    except ReplayTimeout:
+      return Step(None, arrived)
+    sample = sample_for_replicas(items, probabilities, size, n)
+    return Step((shard_over(self.learners, sample), keys), arrived)
+
+  def learn(self, state: LearnerState, inputs: Any, keys: np.ndarray):
+    sample, replay_keys = inputs
+    (nets, opt), priorities, metrics = self._learn(state[:2], sample, keys)
+    self.replay.write_priorities(replay_keys, np.asarray(priorities).reshape(-1))
+    return (nets, opt, None), metrics
+
+  def extras(self, state: LearnerState) -> Dict[str, float]:
+    del state
+    info = self.replay.info()
+    return dict(replay_size=info["replay_size"],
+                **self.meter.rates(info["replay_inserts"], info["replay_samples"]))
+
+
+class Learner:
+  """The learner thread's loop: learn from the source until the actors have taken the
+  plan's env steps, push parameters after every update, write metrics records."""
+
+  MEANS = ("learner_update_time", "learner_wait_time", "policy_lag")
+
+  def __init__(self, source: Any, store: ParamsStore, records: "queue.Queue", plan: Plan,
+               seed: int, num_learners: int, log_interval: float,
+               fail_after_first_update: bool = False):
+    self.source, self.store, self.records, self.plan = source, store, records, plan
+    self.seed, self.num_learners, self.log_interval = seed, num_learners, log_interval
+    self.fail_after_first_update = fail_after_first_update
+
+  def run(self, state: List[Any], stop: threading.Event) -> None:
+    """Updates `state` ([nets, opt, experience]) in place, so the runtime can return it."""
+    key = jax.random.PRNGKey(self.seed + 1)
+    total = self.plan.total_env_steps
+    env_steps, version, first, waited = 0, 0, True, 0.0
+    window = Window(self.MEANS)
+    while env_steps < total:
+      if stop.is_set():
+        return
+      start = time.perf_counter()
+      step = self.source.next(stop)
+      waited += time.perf_counter() - start
+      if step is None:
+        return
+      for batch in step.batches:
+        env_steps += batch.env_steps
+        window.add_steps(batch.env_steps, batch.episodes)
+        window.add_mean("policy_lag", version - batch.params_version)
+        for k, v in batch.actor_times.items():
+          window.add_mean(k, v)
+      if step.inputs is None:
+        continue
+      if self.fail_after_first_update and version == 1:
+        raise threads.injected_failure("learner")
+      key, learn_key = jax.random.split(key)
+      learn_keys = np.stack([np.asarray(k)
+                             for k in jax.random.split(learn_key, self.num_learners)])
+      start = time.perf_counter()
+      new_state, metrics = self.source.learn(tuple(state), step.inputs, learn_keys)
+      version += 1
+      self.store.push(first_replica(new_state[0]), version)
+      window.metrics = jax.device_get(jax.tree.map(lambda x: x[0], metrics))
+      window.add_mean("learner_update_time", time.perf_counter() - start)
+      window.add_mean("learner_wait_time", waited)
+      waited = 0.0
+      state[:] = list(new_state)
+      if (first or time.perf_counter() - window.start >= self.log_interval
+          or env_steps >= total):
+        record = window.record(env_steps, version * self.plan.updates_per_call)
+        record["queue_depth"] = self.source.batches.qsize()
+        record.update(self.source.extras(tuple(state)))
+        record["first"] = first
+        self.records.put(record)
+        first, window = False, Window(self.MEANS)
+    stop.set()
