@@ -44,8 +44,15 @@ class Agent(abc.ABC):
   # the compiled program; a replay component keeps `replay_items` of every trajectory.
   replay: Optional[Replay] = None
 
-  def __init__(self, spec: EnvSpec):
+  # The network `init_nets` initialises by default (a Haiku transform), if any.
+  network: Any = None
+
+  def __init__(self, spec: EnvSpec, network: Any = None,
+               objectives: Tuple[Objective, ...] = (), replay: Optional[Replay] = None):
     self.spec = spec
+    self.network = network
+    self.objectives = tuple(objectives)
+    self.replay = replay
 
   @classmethod
   def gradient_steps_per_update(cls, **config: Any) -> Union[int, Mapping[str, int]]:
@@ -63,11 +70,10 @@ class Agent(abc.ABC):
     By default the parameters of `self.network` (a Haiku transform), initialised on one
     dummy observation; agents with several networks return a dict of them.
     """
-    network = getattr(self, "network", None)
-    if network is None:
+    if self.network is None:
       raise NotImplementedError(f"{type(self).__name__} has no `network`: it must define "
                                 f"init_nets.")
-    return network.init(key, dummy_observation(self.spec))
+    return self.network.init(key, dummy_observation(self.spec))
 
   def init_opt(self, nets: PyTree) -> PyTree:
     """Optimizer (and other learner) state for `nets`; by default, one optimizer state

@@ -1,10 +1,33 @@
-"""Config sections shared by agents' config files, with every key a user may override.
+"""Config presets agents' config files share, so each file says only what is its own.
 
 A key must exist in the ConfigDict for `--config.KEY=VALUE` to set it, so optional
 arguments appear here as typed placeholders (None until set).
+
+  experiment(total_env_steps)          seed, total_env_steps, stop_at_return
+  anakin(c, ...) / sebulba(c, env, ...) a runtime section and its topology
+  envpool(task_id) / envpool_atari(...) EnvPool environment sections
+  atari_sebulba(c, task_id, ...)       Sebulba on EnvPool Atari
+  replay(name, ...)                    the keys both replays (device, reverb) take
+  getter(what, configs, default)       a config file's `get_config(name)`
 """
 
+from typing import Callable, Dict, Optional
+
 from ml_collections import config_dict
+
+
+def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
+  """The header every config has: seed, step budget, optional target return."""
+  c = config_dict.ConfigDict()
+  c.seed = seed
+  c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
+  c.total_env_steps = total_env_steps
+  return c
+
+
+def section(name: str, **kwargs) -> config_dict.ConfigDict:
+  """One component's section: its registered `name` and keyword arguments."""
+  return config_dict.ConfigDict(dict(name=name, **kwargs))
 
 
 def replicate_topology() -> config_dict.ConfigDict:
@@ -28,3 +51,69 @@ def sebulba_runtime(num_envs_per_actor: int, rollout_length: int,
       name="sebulba", num_envs_per_actor=num_envs_per_actor, actor_threads_per_device=2,
       rollout_length=rollout_length, updates_per_batch=1, queue_size=2,
       log_interval=log_interval, inject_failure=""))
+
+
+def anakin(c: config_dict.ConfigDict, num_envs_per_device: int, rollout_length: int,
+           updates_per_call: int) -> config_dict.ConfigDict:
+  """Runs `c` under Anakin, replicated over the devices; returns `c`."""
+  c.runtime = section("anakin", num_envs_per_device=num_envs_per_device,
+                      rollout_length=rollout_length, updates_per_call=updates_per_call)
+  c.topology = replicate_topology()
+  return c
+
+
+def sebulba(c: config_dict.ConfigDict, env: config_dict.ConfigDict, num_envs_per_actor: int,
+            rollout_length: int, log_interval: float = 1.0) -> config_dict.ConfigDict:
+  """Runs `c` under Sebulba on the host environment `env`; returns `c`.
+
+  By default a single device acts and learns; with 8 devices 2 act and 6 learn.
+  """
+  c.env = env
+  c.runtime = sebulba_runtime(num_envs_per_actor, rollout_length, log_interval)
+  c.topology = actor_learner_topology()
+  return c
+
+
+def envpool(task_id: str, **kwargs) -> config_dict.ConfigDict:
+  """An EnvPool environment (stepped in C++ threads, for Sebulba)."""
+  return section("envpool", task_id=task_id, **kwargs)
+
+
+def envpool_atari(task_id: str, episodic_life: bool,
+                  reward_clip: bool) -> config_dict.ConfigDict:
+  """EnvPool Atari with the usual preprocessing: 4 stacked 84x84 grey frames, up to 30
+  no-op starts, no sticky actions. Life loss as episode end and reward clipping differ
+  between papers, so they are arguments."""
+  return envpool(task_id, episodic_life=episodic_life, reward_clip=reward_clip,
+                 stack_num=4, img_height=84, img_width=84, noop_max=30,
+                 repeat_action_probability=0.0)
+
+
+def atari_sebulba(c: config_dict.ConfigDict, task_id: str, episodic_life: bool,
+                  reward_clip: bool, num_envs_per_actor: int,
+                  rollout_length: int) -> config_dict.ConfigDict:
+  """Runs `c` under Sebulba on EnvPool Atari (`envpool_atari`), a record every 10 s."""
+  return sebulba(c, envpool_atari(task_id, episodic_life, reward_clip),
+                 num_envs_per_actor=num_envs_per_actor, rollout_length=rollout_length,
+                 log_interval=10.0)
+
+
+def replay(name: str, batch_size: int, max_size: int, min_size: int,
+           samples_per_insert: Optional[float]) -> config_dict.ConfigDict:
+  """Keys both replays take (`device`, `reverb`), so `replay.name` switches between them;
+  `address` (reverb) joins an existing Reverb server."""
+  return section(name, batch_size=batch_size, max_size=max_size, min_size=min_size,
+                 samples_per_insert=samples_per_insert,
+                 error_buffer=config_dict.placeholder(float), priority_exponent=0.9,
+                 initial_priority=1.0, address=config_dict.placeholder(str))
+
+
+def getter(what: str, named: Dict[str, Callable[[], config_dict.ConfigDict]],
+           default: str) -> Callable[..., config_dict.ConfigDict]:
+  """A config file's `get_config`: `--config=FILE:NAME` calls it with NAME."""
+  def get_config(name: str = default) -> config_dict.ConfigDict:
+    if name not in named:
+      raise ValueError(f"Unknown {what} config '{name}'; choose one of "
+                       f"{', '.join(named)}.")
+    return named[name]()
+  return get_config

@@ -13,8 +13,10 @@ builds it in one straight line (podracer/builder.py):
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple, Protocol
+import abc
+from typing import Any, Callable, ClassVar, Dict, NamedTuple, Protocol
 
+from podracer.errors import ConfigError
 from podracer.types import EnvSpec
 
 
@@ -45,17 +47,48 @@ class RuntimeOptions(Protocol):
   def plan(self, topology: Any, total_env_steps: int) -> Plan: ...
 
 
-class Runtime(Protocol):
-  """What the builder and launcher need of a runtime."""
-  Options: ClassVar[type]  # builds RuntimeOptions from the config section
+class Runtime(abc.ABC):
+  """What the builder and launcher need of a runtime (Anakin, Sebulba, yours).
+
+  A subclass declares its `Options` (a dataclass of its `runtime.*` keys, with `plan`),
+  the `environment_kind` it runs ('jax' or 'host') and `refusal`, the message for an
+  environment of the other kind ({kind} and {what} are filled in).
+  """
+  Options: ClassVar[type]
+  environment_kind: ClassVar[str]
+  refusal: ClassVar[str]
 
   @classmethod
-  def environment_spec(cls, env_factory: Any, seed: int) -> EnvSpec:
-    """The environment's spec, refusing (ConfigError) environments it cannot run."""
+  def environment_args(cls, seed: int) -> Dict[str, Any]:
+    """What the runtime passes the environment factory besides the config section."""
+    del seed
+    return {}
 
-  def __init__(self, agent: Any, env_factory: Any, topology: Any, options: Any,
-               plan: Plan, seed: int): ...
+  @classmethod
+  def environment_spec(cls, env_factory: Callable[..., Any], seed: int) -> EnvSpec:
+    """The spec of one environment, built to read it; ConfigError for the other kind.
 
+    A registered environment declares its kind, so it is refused before it is built
+    (with arguments it may not take); a plain factory function is checked once built.
+    """
+    declared = getattr(env_factory, "kind", None)
+    if declared not in (None, cls.environment_kind):
+      raise ConfigError(cls.refusal.format(kind=declared, what=env_factory.section.name))
+    env = env_factory(**cls.environment_args(seed))
+    built = getattr(env, "kind", "jax")
+    if built != cls.environment_kind:
+      raise ConfigError(cls.refusal.format(kind=built, what=type(env).__name__))
+    spec = env.spec()
+    if hasattr(env, "close"):
+      env.close()
+    return spec
+
+  @abc.abstractmethod
+  def __init__(self, agent: Any, env_factory: Callable[..., Any], topology: Any,
+               options: Any, plan: Plan, seed: int):
+    """Builds everything the run needs for `agent`; ConfigError if it cannot run."""
+
+  @abc.abstractmethod
   def run(self, logger: Any) -> Any:
     """Trains, writing records to `logger`, until the plan is done or its target is
     reached; returns the final state."""

@@ -27,10 +27,8 @@ class IMPALA(Agent):
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
                optimizer: optax.GradientTransformation, discount: float = 0.99):
-    super().__init__(spec)
-    self.network = network
+    super().__init__(spec, network, [Objective("impala", self._loss, optimizer)])
     self.loss = loss
-    self.objectives = (Objective("impala", self._loss, optimizer),)
     self.discount = discount
 
   def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:

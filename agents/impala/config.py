@@ -10,47 +10,35 @@ from ml_collections import config_dict
 from podracer import configs
 
 
+def _vtrace() -> config_dict.ConfigDict:
+  return configs.section("vtrace", baseline_coef=0.5, entropy_coef=0.01,
+                         clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0, lambda_=1.0)
+
+
 def _base() -> config_dict.ConfigDict:
-  c = config_dict.ConfigDict()
-  c.seed = 0
-  c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
-  c.total_env_steps = 1_000_000
-  c.env = config_dict.ConfigDict(dict(name="cartpole"))
-  c.agent = config_dict.ConfigDict(dict(name="impala", discount=0.99))
-  c.network = config_dict.ConfigDict(dict(
-      name="mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh"))
-  c.loss = config_dict.ConfigDict(dict(
-      name="vtrace", baseline_coef=0.5, entropy_coef=0.01, clip_rho_threshold=1.0,
-      clip_pg_rho_threshold=1.0, lambda_=1.0))
-  c.optimizer = config_dict.ConfigDict(dict(
-      name="rmsprop", learning_rate=7e-4, decay=0.99, eps=1e-5, max_grad_norm=0.5,
-      anneal=False))
-  c.topology = configs.replicate_topology()
+  c = configs.experiment(total_env_steps=1_000_000)
+  c.env = configs.section("cartpole")
+  c.agent = configs.section("impala", discount=0.99)
+  c.network = configs.section("mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh")
+  c.loss = _vtrace()
+  c.optimizer = configs.section("rmsprop", learning_rate=7e-4, decay=0.99, eps=1e-5,
+                                max_grad_norm=0.5, anneal=False)
   return c
 
 
 def cartpole_anakin() -> config_dict.ConfigDict:
   """IMPALA on CartPole-v1 in JAX: seeds 0-5 pass a mean return of 450 by 600k steps."""
   c = _base()
-  # Small batches and many updates learn CartPole faster and more stably than large ones.
-  c.runtime = config_dict.ConfigDict(dict(
-      name="anakin", num_envs_per_device=16, rollout_length=16, updates_per_call=128))
   c.total_env_steps = 30 * 16 * 16 * 128  # 983,040: whole calls, under 1M.
-  return c
+  # Small batches and many updates learn CartPole faster and more stably than large ones.
+  return configs.anakin(c, num_envs_per_device=16, rollout_length=16, updates_per_call=128)
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
-  """IMPALA on EnvPool's CartPole-v1 under Sebulba; the agent section is cartpole_anakin's.
-
-  By default a single device acts and learns; with 8 devices 2 act and 6 learn.
-  """
-  c = _base()
-  c.total_env_steps = 1_000_000
-  c.env = config_dict.ConfigDict(dict(name="envpool", task_id="CartPole-v1"))
+  """IMPALA on EnvPool's CartPole-v1 under Sebulba; the agent section is cartpole_anakin's."""
   # 12 envs per actor thread split evenly over 1, 2, 3, 4 or 6 learner devices.
-  c.runtime = configs.sebulba_runtime(num_envs_per_actor=12, rollout_length=16)
-  c.topology = configs.actor_learner_topology()
-  return c
+  return configs.sebulba(_base(), configs.envpool("CartPole-v1"), num_envs_per_actor=12,
+                         rollout_length=16)
 
 
 def pong_sebulba() -> config_dict.ConfigDict:
@@ -62,31 +50,17 @@ def pong_sebulba() -> config_dict.ConfigDict:
   """
   c = _base()
   c.total_env_steps = 50_000_000
-  c.env = config_dict.ConfigDict(dict(
-      name="envpool", task_id="Pong-v5", episodic_life=True, reward_clip=True,
-      stack_num=4, img_height=84, img_width=84, noop_max=30,
-      repeat_action_probability=0.0))
-  c.network = config_dict.ConfigDict(dict(
-      name="atari_actor_critic", torso="impala", channels_first=True, channels=(16, 32, 32),
-      hidden_size=256))
-  c.loss = config_dict.ConfigDict(dict(
-      name="vtrace", baseline_coef=0.5, entropy_coef=0.01, clip_rho_threshold=1.0,
-      clip_pg_rho_threshold=1.0, lambda_=1.0))
-  c.optimizer = config_dict.ConfigDict(dict(
-      name="rmsprop", learning_rate=6e-4, decay=0.99, eps=0.01, max_grad_norm=40.0,
-      anneal=True))
+  c.network = configs.section("atari_actor_critic", torso="impala", channels_first=True,
+                              channels=(16, 32, 32), hidden_size=256)
+  c.optimizer = configs.section("rmsprop", learning_rate=6e-4, decay=0.99, eps=0.01,
+                                max_grad_norm=40.0, anneal=True)
   # 24 envs per actor thread split evenly over 1, 2, 3, 4, 6 or 8 learner devices.
-  c.runtime = configs.sebulba_runtime(num_envs_per_actor=24, rollout_length=20,
-                                     log_interval=10.0)
-  c.topology = configs.actor_learner_topology()
-  return c
+  return configs.atari_sebulba(c, "Pong-v5", episodic_life=True, reward_clip=True,
+                               num_envs_per_actor=24, rollout_length=20)
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
            "pong_sebulba": pong_sebulba}
 
 
-def get_config(name: str = "cartpole_anakin") -> config_dict.ConfigDict:
-  if name not in CONFIGS:
-    raise ValueError(f"Unknown IMPALA config '{name}'; choose one of {', '.join(CONFIGS)}.")
-  return CONFIGS[name]()
+get_config = configs.getter("IMPALA", CONFIGS, default="cartpole_anakin")

@@ -29,10 +29,8 @@ class PPO(Agent):
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
                optimizer: optax.GradientTransformation, discount: float = 0.99,
                gae_lambda: float = 0.95, num_epochs: int = 4, num_minibatches: int = 4):
-    super().__init__(spec)
-    self.network = network
+    super().__init__(spec, network, [Objective("ppo", self._loss, optimizer)])
     self.loss = loss
-    self.objectives = (Objective("ppo", self._loss, optimizer),)
     self.discount = discount
     self.gae_lambda = gae_lambda
     self.num_epochs = num_epochs

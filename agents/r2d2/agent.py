@@ -92,13 +92,10 @@ class R2D2(Agent):
                priority_eta: float = 0.9, epsilon_base: float = 0.4,
                epsilon_alpha: float = 7.0, epsilon_anneal_steps: int = 0,
                value_rescaling_eps: float = 1e-3):
-    super().__init__(spec)
+    super().__init__(spec, network, [Objective("r2d2", self._loss, optimizer)], replay)
     if n_step < 1 or burn_in < 0:
       raise ValueError(f"`agent.n_step` must be >= 1 and `agent.burn_in` >= 0, got "
                        f"{n_step} and {burn_in}.")
-    self.network = network
-    self.objectives = (Objective("r2d2", self._loss, optimizer),)
-    self.replay = replay
     self.discount = discount
     self.n_step = n_step
     self.burn_in = burn_in

@@ -11,57 +11,38 @@ from ml_collections import config_dict
 from podracer import configs
 
 
-def _replay(name: str, batch_size: int, max_size: int, min_size: int,
-            samples_per_insert: float) -> config_dict.ConfigDict:
-  """Keys both replays take; `address` (reverb) joins an existing Reverb server."""
-  return config_dict.ConfigDict(dict(
-      name=name, batch_size=batch_size, max_size=max_size, min_size=min_size,
-      samples_per_insert=samples_per_insert, error_buffer=config_dict.placeholder(float),
-      priority_exponent=0.9, initial_priority=1.0,
-      address=config_dict.placeholder(str)))
-
-
-def _base() -> config_dict.ConfigDict:
-  c = config_dict.ConfigDict()
-  c.seed = 0
-  c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
-  c.agent = config_dict.ConfigDict(dict(
-      name="r2d2", discount=0.99, n_step=3, burn_in=4, target_update_period=100,
+def _base(total_env_steps: int) -> config_dict.ConfigDict:
+  c = configs.experiment(total_env_steps)
+  c.agent = configs.section(
+      "r2d2", discount=0.99, n_step=3, burn_in=4, target_update_period=100,
       importance_sampling_exponent=0.6, priority_eta=0.9, epsilon_base=0.4,
-      epsilon_alpha=7.0, epsilon_anneal_steps=0, value_rescaling_eps=1e-3))
-  c.network = config_dict.ConfigDict(dict(
-      name="recurrent_q", torso="mlp", hidden_sizes=(64,), activation="relu",
-      lstm_size=64, head_hidden_sizes=(64,)))
-  c.optimizer = config_dict.ConfigDict(dict(
-      name="adam", learning_rate=1e-3, eps=1e-3, max_grad_norm=40.0, anneal=False))
+      epsilon_alpha=7.0, epsilon_anneal_steps=0, value_rescaling_eps=1e-3)
+  c.network = configs.section("recurrent_q", torso="mlp", hidden_sizes=(64,),
+                              activation="relu", lstm_size=64, head_hidden_sizes=(64,))
+  c.optimizer = configs.section("adam", learning_rate=1e-3, eps=1e-3, max_grad_norm=40.0,
+                                anneal=False)
   return c
 
 
 def catch_anakin() -> config_dict.ConfigDict:
   """R2D2 on bsuite's Catch in JAX, replay on the devices inside the compiled program."""
-  c = _base()
-  c.total_env_steps = 300_000
-  c.env = config_dict.ConfigDict(dict(name="catch", rows=10, columns=5))
+  c = _base(total_env_steps=300_000)
+  c.env = configs.section("catch", rows=10, columns=5)
   c.agent.burn_in = 2
   # The reported return is the actors' own, exploration included: Catch needs little.
   c.agent.epsilon_base = 0.1
   # 32 envs: Ape-X's epsilons leave most of them nearly greedy, so the mean return
   # reflects what the agent learned. Each update inserts 32 sequences and samples 128.
-  c.replay = _replay("device", batch_size=128, max_size=8_000, min_size=512,
-                     samples_per_insert=4.0)
-  c.runtime = config_dict.ConfigDict(dict(
-      name="anakin", num_envs_per_device=32, rollout_length=8, updates_per_call=16))
-  c.topology = configs.replicate_topology()
-  return c
+  c.replay = configs.replay("device", batch_size=128, max_size=8_000, min_size=512,
+                            samples_per_insert=4.0)
+  return configs.anakin(c, num_envs_per_device=32, rollout_length=8, updates_per_call=16)
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
   """R2D2 on EnvPool's CartPole-v1 under Sebulba: actors write sequences to Reverb (an
   embedded server), the learner samples them. `--config.replay.name=device` keeps the
   replay on the learner devices instead (the default lane, which has no Reverb)."""
-  c = _base()
-  c.total_env_steps = 500_000
-  c.env = config_dict.ConfigDict(dict(name="envpool", task_id="CartPole-v1"))
+  c = _base(total_env_steps=500_000)
   # Values must propagate over ~100 steps (discount 0.99): 5-step targets and a target
   # network copied every 50 updates get there in time.
   c.agent.update(dict(n_step=5, target_update_period=50))
@@ -71,11 +52,10 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   # base is low because the reported return is the actors' own, and short exploratory
   # episodes weigh on that mean.
   c.agent.update(dict(epsilon_base=0.05, epsilon_anneal_steps=2000))
-  c.replay = _replay("reverb", batch_size=64, max_size=5_000, min_size=256,
-                     samples_per_insert=4.0)
-  c.runtime = configs.sebulba_runtime(num_envs_per_actor=12, rollout_length=10)
-  c.topology = configs.actor_learner_topology()
-  return c
+  c.replay = configs.replay("reverb", batch_size=64, max_size=5_000, min_size=256,
+                            samples_per_insert=4.0)
+  return configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=12,
+                         rollout_length=10)
 
 
 def atari_sebulba() -> config_dict.ConfigDict:
@@ -85,32 +65,22 @@ def atari_sebulba() -> config_dict.ConfigDict:
   target every 2500 updates, value rescaling 1e-3, replay of 4M observations, Ape-X
   epsilons (0.4, 7), LSTM 512 after the Nature torso, dueling head 512; no reward
   clipping and no life loss as episode end."""
-  c = _base()
-  c.total_env_steps = 200_000_000
-  c.env = config_dict.ConfigDict(dict(
-      name="envpool", task_id="Pong-v5", episodic_life=False, reward_clip=False,
-      stack_num=4, img_height=84, img_width=84, noop_max=30,
-      repeat_action_probability=0.0))
+  c = _base(total_env_steps=200_000_000)
   c.agent.update(dict(discount=0.997, n_step=5, burn_in=40, target_update_period=2500))
-  c.network = config_dict.ConfigDict(dict(
-      name="recurrent_q", torso="nature", hidden_sizes=(512,), activation="relu",
-      lstm_size=512, head_hidden_sizes=(512,), channels_first=True))
-  c.optimizer = config_dict.ConfigDict(dict(
-      name="adam", learning_rate=1e-4, eps=1e-3, max_grad_norm=40.0, anneal=False))
+  c.network = configs.section("recurrent_q", torso="nature", hidden_sizes=(512,),
+                              activation="relu", lstm_size=512, head_hidden_sizes=(512,),
+                              channels_first=True)
+  c.optimizer = configs.section("adam", learning_rate=1e-4, eps=1e-3, max_grad_norm=40.0,
+                                anneal=False)
   # 4M observations in sequences that advance 40 steps each.
-  c.replay = _replay("reverb", batch_size=64, max_size=4_000_000 // 40, min_size=6_250,
-                     samples_per_insert=0.5)
-  c.runtime = configs.sebulba_runtime(num_envs_per_actor=32, rollout_length=40,
-                                      log_interval=10.0)
-  c.topology = configs.actor_learner_topology()
-  return c
+  c.replay = configs.replay("reverb", batch_size=64, max_size=4_000_000 // 40,
+                            min_size=6_250, samples_per_insert=0.5)
+  return configs.atari_sebulba(c, "Pong-v5", episodic_life=False, reward_clip=False,
+                               num_envs_per_actor=32, rollout_length=40)
 
 
 CONFIGS = {"catch_anakin": catch_anakin, "cartpole_sebulba": cartpole_sebulba,
            "atari_sebulba": atari_sebulba}
 
 
-def get_config(name: str = "catch_anakin") -> config_dict.ConfigDict:
-  if name not in CONFIGS:
-    raise ValueError(f"Unknown R2D2 config '{name}'; choose one of {', '.join(CONFIGS)}.")
-  return CONFIGS[name]()
+get_config = configs.getter("R2D2", CONFIGS, default="catch_anakin")

@@ -22,7 +22,7 @@ from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError
 from podracer.experience import host_replay
 from podracer.metrics import RateMeter, Window, device_counts, episode_sums
-from podracer.runtime import Plan, plan_calls
+from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import REPLICA_AXIS, AgentState, EnvSpec, Trajectory, strip_weak_types
 
@@ -49,28 +49,15 @@ class AnakinOptions:
                       total_env_steps)
 
 
-def _refuse(kind: str, what: str):
-  raise ConfigError(
-      f"Anakin compiles the environment into its program, so it needs an environment "
-      f"written in JAX; `env.name` selects a {kind} environment ({what}). Use "
-      f"runtime.name=sebulba for it.")
-
-
 @registry.runtimes.register("anakin")
-class Anakin:
+class Anakin(Runtime):
   """Compiles act-and-learn into one replicated program for JAX environments."""
 
   Options = AnakinOptions
-
-  @classmethod
-  def environment_spec(cls, env_factory: Callable[..., Any], seed: int) -> EnvSpec:
-    del seed  # A JAX environment takes its randomness from the reset key.
-    if getattr(env_factory, "kind", None) not in (None, "jax"):
-      _refuse(env_factory.kind, env_factory.section.name)
-    env = env_factory()
-    if getattr(env, "kind", "jax") != "jax":
-      _refuse(env.kind, type(env).__name__)
-    return env.spec()
+  environment_kind = "jax"
+  refusal = ("Anakin compiles the environment into its program, so it needs an environment "
+             "written in JAX; `env.name` selects a {kind} environment ({what}). Use "
+             "runtime.name=sebulba for it.")
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: AnakinOptions, plan: Plan, seed: int):

@@ -16,7 +16,7 @@ from podracer import registry, trajectories
 from podracer.agent import Agent, item_spec
 from podracer.errors import ConfigError
 from podracer.experience import host_replay
-from podracer.runtime import Plan, plan_calls
+from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Actor, Batch, ToLearners, ToReplay
 from podracer.runtimes.sebulba.actor import act_and_advance_key
@@ -51,29 +51,19 @@ class SebulbaOptions:
                       self.updates_per_batch, total_env_steps)
 
 
-def _refuse(what: str):
-  raise ConfigError(
-      f"Sebulba steps environments on the CPU; `env.name` selects a JAX environment "
-      f"({what}). Use an EnvPool, Gymnasium or dm_env environment, or "
-      f"runtime.name=anakin.")
-
-
 @registry.runtimes.register("sebulba")
-class Sebulba:
+class Sebulba(Runtime):
   """Actor threads on actor devices feed a learner replicated over learner devices."""
 
   Options = SebulbaOptions
+  environment_kind = "host"
+  refusal = ("Sebulba steps environments on the CPU; `env.name` selects a JAX "
+             "environment ({what}). Use an EnvPool, Gymnasium or dm_env environment, or "
+             "runtime.name=anakin.")
 
   @classmethod
-  def environment_spec(cls, env_factory: Callable[..., Any], seed: int) -> EnvSpec:
-    if getattr(env_factory, "kind", None) not in (None, "host"):
-      _refuse(env_factory.section.name)
-    probe = env_factory(num_envs=1, seed=seed)
-    if getattr(probe, "kind", "jax") != "host":
-      _refuse(type(probe).__name__)
-    spec = probe.spec()
-    probe.close()
-    return spec
+  def environment_args(cls, seed: int):
+    return dict(num_envs=1, seed=seed)  # One environment is enough to read the spec.
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: SebulbaOptions, plan: Plan, seed: int):
