@@ -68,22 +68,22 @@ class SAC(Agent):
                alpha_optimizer: optax.GradientTransformation, replay: Any,
                discount: float = 0.99, tau: float = 0.005, initial_alpha: float = 1.0,
                target_entropy: Optional[float] = None):
-    super().__init__(spec)
+    objectives = (
+        Objective("critic", self._critic_loss, critic_optimizer, owns=("critic",)),
+        Objective("actor", self._actor_loss, actor_optimizer, owns=("actor",)),
+        Objective("alpha", self._alpha_loss, alpha_optimizer, owns=("log_alpha",)))
+    super().__init__(spec, objectives=objectives, replay=replay)
     if getattr(replay, "kind", None) != "device" or replay.priority_exponent != 0:
       raise ValueError("SAC replays transitions uniformly from the device replay: use "
                        "`replay.name=device` with `replay.priority_exponent=0`.")
     if not 0 < tau <= 1 or not initial_alpha > 0:
       raise ValueError(f"`agent.tau` must be in (0, 1] and `agent.initial_alpha` > 0, got "
                        f"{tau} and {initial_alpha}.")
-    self.actor, self.critic, self.replay = actor_network, critic_network, replay
+    self.actor, self.critic = actor_network, critic_network
     self.discount, self.tau, self.initial_alpha = discount, tau, initial_alpha
     # Haarnoja et al.'s heuristic: minus the number of action dimensions.
     self.target_entropy = (-float(np.prod(spec.action.shape)) if target_entropy is None
                            else float(target_entropy))
-    self.objectives = (
-        Objective("critic", self._critic_loss, critic_optimizer, owns=("critic",)),
-        Objective("actor", self._actor_loss, actor_optimizer, owns=("actor",)),
-        Objective("alpha", self._alpha_loss, alpha_optimizer, owns=("log_alpha",)))
 
   # -- state -----------------------------------------------------------------------
 
