@@ -36,7 +36,7 @@ class Agent(abc.ABC):
   # bootstrap step; recurrent replay agents ask for more, to burn in their state.
   trajectory_overlap: int = 1
 
-  # What `update` learns from, handed to `podracer.learning.gradient_step`; the default
+  # The losses `update` minimises, handed to `podracer.learning.gradient_step`; the default
   # `init_opt` keeps one optimizer state per objective.
   objectives: Tuple[Objective, ...] = ()
 

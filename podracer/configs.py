@@ -7,6 +7,7 @@ arguments appear here as typed placeholders (None until set).
   anakin(c, ...) / sebulba(c, env, ...) a runtime section and its topology
   envpool(task_id) / envpool_atari(...) EnvPool environment sections
   atari_sebulba(c, task_id, ...)       Sebulba on EnvPool Atari
+  pixel_catch() / impala_resnet()      pixel Catch, the IMPALA ResNet actor-critic
   replay(name, ...)                    the keys both replays (device, reverb) take
   getter(what, configs, default)       a config file's `get_config(name)`
 """
@@ -79,23 +80,34 @@ def envpool(task_id: str, **kwargs) -> config_dict.ConfigDict:
   return section("envpool", task_id=task_id, **kwargs)
 
 
-def envpool_atari(task_id: str, episodic_life: bool,
-                  reward_clip: bool) -> config_dict.ConfigDict:
-  """EnvPool Atari with the usual preprocessing: 4 stacked 84x84 grey frames, up to 30
-  no-op starts, no sticky actions. Life loss as episode end and reward clipping differ
-  between papers, so they are arguments."""
-  return envpool(task_id, episodic_life=episodic_life, reward_clip=reward_clip,
-                 stack_num=4, img_height=84, img_width=84, noop_max=30,
-                 repeat_action_probability=0.0)
+def envpool_atari(task_id: str, **overrides) -> config_dict.ConfigDict:
+  """EnvPool Atari with the usual preprocessing: 84x84 greyscale, 4-frame stacks
+  [4, 84, 84] uint8, up to 30 no-ops, no sticky actions, clipped rewards, a lost life
+  ends the learning episode (`episodic_life`) while returns are reported per game."""
+  kwargs = dict(episodic_life=True, reward_clip=True, stack_num=4, img_height=84,
+                img_width=84, noop_max=30, repeat_action_probability=0.0)
+  kwargs.update(overrides)
+  return envpool(task_id, **kwargs)
 
 
-def atari_sebulba(c: config_dict.ConfigDict, task_id: str, episodic_life: bool,
-                  reward_clip: bool, num_envs_per_actor: int,
-                  rollout_length: int) -> config_dict.ConfigDict:
+def atari_sebulba(c: config_dict.ConfigDict, task_id: str, num_envs_per_actor: int,
+                  rollout_length: int, **env_overrides) -> config_dict.ConfigDict:
   """Runs `c` under Sebulba on EnvPool Atari (`envpool_atari`), a record every 10 s."""
-  return sebulba(c, envpool_atari(task_id, episodic_life, reward_clip),
+  return sebulba(c, envpool_atari(task_id, **env_overrides),
                  num_envs_per_actor=num_envs_per_actor, rollout_length=rollout_length,
                  log_interval=10.0)
+
+
+def pixel_catch() -> config_dict.ConfigDict:
+  """Catch rendered as uint8 frame stacks [4, 20, 10]: Atari-shaped input on a CPU."""
+  return section("pixel_catch", rows=10, columns=5, scale=2, stack=4)
+
+
+def impala_resnet() -> config_dict.ConfigDict:
+  """The IMPALA paper's deep ResNet torso (widths 16, 32, 32; dense 256) with a policy and
+  a value layer, on EnvPool's channels-first frame stacks."""
+  return section("atari_actor_critic", torso="impala", channels_first=True,
+                 channels=(16, 32, 32), hidden_size=256)
 
 
 def replay(name: str, batch_size: int, max_size: int, min_size: int,

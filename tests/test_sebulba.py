@@ -169,8 +169,12 @@ def test_cartpole_sebulba_reaches_450_within_2m_steps(agent, make_config, device
 # -- Pong ------------------------------------------------------------------------------
 
 
-def test_impala_pong_config_builds_the_papers_network_on_84x84_frames():
-  config = impala_config.pong_sebulba()
+PONG_CONFIGS = {"impala": impala_config.pong_sebulba, "ppo": ppo_config.pong_sebulba}
+
+
+@pytest.mark.parametrize("agent", PONG_CONFIGS)
+def test_pong_config_builds_the_impala_papers_network_on_84x84_frames(agent):
+  config = PONG_CONFIGS[agent]()
   experiment = builder.build(config)
   spec = experiment.runtime.spec
   assert spec.observation.shape == (4, 84, 84) and spec.observation.dtype == np.uint8
@@ -182,10 +186,11 @@ def test_impala_pong_config_builds_the_papers_network_on_84x84_frames():
   assert shapes["torso/linear"] == (11 * 11 * 32, 256)
 
 
-def test_impala_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown():
+@pytest.mark.parametrize("agent", PONG_CONFIGS)
+def test_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown(agent):
   """A smoke test, not learning. Frames and ResNet widths are shrunk so that 50k steps fit
   the CPU's time (the full 84x84 network's shapes are checked above)."""
-  config = impala_config.pong_sebulba()
+  config = PONG_CONFIGS[agent]()
   config.total_env_steps = 50_000
   config.env.img_height = config.env.img_width = 36
   config.network.channels = (4, 8, 8)
@@ -199,7 +204,8 @@ def test_impala_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown()
     assert key in records[-1], key
   assert all(np.isfinite(r["policy_loss"]) for r in records)
   # [learners, T+1, envs per learner, stacked frames, H, W]
-  assert experience.timestep.observation.shape == (6, 21, 1, 4, 36, 36)
+  unroll = config.runtime.rollout_length + 1
+  assert experience.timestep.observation.shape == (6, unroll, 1, 4, 36, 36)
   assert experience.timestep.observation.dtype == np.uint8
   episodes = [r for r in records if "episode_return" in r]
   assert episodes, "no Pong game finished in 50k steps"

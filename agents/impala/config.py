@@ -10,9 +10,10 @@ from ml_collections import config_dict
 from podracer import configs
 
 
-def _vtrace() -> config_dict.ConfigDict:
+def _vtrace(reduction: str) -> config_dict.ConfigDict:
   return configs.section("vtrace", baseline_coef=0.5, entropy_coef=0.01,
-                         clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0, lambda_=1.0)
+                         clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0, lambda_=1.0,
+                         reduction=reduction)
 
 
 def _base() -> config_dict.ConfigDict:
@@ -20,7 +21,8 @@ def _base() -> config_dict.ConfigDict:
   c.env = configs.section("cartpole")
   c.agent = configs.section("impala", discount=0.99)
   c.network = configs.section("mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh")
-  c.loss = _vtrace()
+  # Tuned for CartPole with a mean over the batch (its eps and clip are set for that).
+  c.loss = _vtrace("mean")
   c.optimizer = configs.section("rmsprop", learning_rate=7e-4, decay=0.99, eps=1e-5,
                                 max_grad_norm=0.5, anneal=False)
   return c
@@ -41,26 +43,46 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
                          rollout_length=16)
 
 
-def pong_sebulba() -> config_dict.ConfigDict:
-  """IMPALA with the deep ResNet torso on EnvPool's Pong-v5 (Espeholt et al. 2018, Atari).
+def _atari_agent(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
+  """The IMPALA paper's Atari agent (Espeholt et al. 2018): the deep ResNet torso, RMSProp
+  (lr 6e-4 annealed to 0, decay 0.99, eps 0.01, momentum 0), global gradient norm 40,
+  entropy 0.01, baseline 0.5, discount 0.99.
 
-  The paper's Atari hyperparameters: RMSProp (lr 6e-4 annealed to 0, decay 0.99,
-  eps 0.01), global gradient norm 40, entropy 0.01, baseline 0.5, unroll 20, clipped
-  rewards, episodic life. Episode returns are reported from true game ends.
+  The paper's losses are SUMS over time and batch (scalable_agent's experiment.py), and
+  RMSProp's eps (inside the square root) and the clipping norm are absolute scales set for
+  those sums: with a mean over 480 transitions the gradients are 480x smaller, eps
+  dominates the denominator and each update is ~100x too small (the policy never moves).
+  Hence `reduction="sum"`.
   """
-  c = _base()
-  c.total_env_steps = 50_000_000
-  c.network = configs.section("atari_actor_critic", torso="impala", channels_first=True,
-                              channels=(16, 32, 32), hidden_size=256)
+  c.network = configs.impala_resnet()
+  c.loss = _vtrace("sum")
   c.optimizer = configs.section("rmsprop", learning_rate=6e-4, decay=0.99, eps=0.01,
                                 max_grad_norm=40.0, anneal=True)
+  return c
+
+
+def pong_sebulba() -> config_dict.ConfigDict:
+  """IMPALA with the deep ResNet torso on EnvPool's Pong-v5, the paper's Atari settings
+  (`_atari_agent`): unroll 20, clipped rewards, episodic life. Episode returns are
+  reported from true game ends.
+  """
+  c = _atari_agent(_base())
+  c.total_env_steps = 50_000_000
   # 24 envs per actor thread split evenly over 1, 2, 3, 4, 6 or 8 learner devices.
-  return configs.atari_sebulba(c, "Pong-v5", episodic_life=True, reward_clip=True,
-                               num_envs_per_actor=24, rollout_length=20)
+  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=20)
+
+
+def pixel_catch_anakin() -> config_dict.ConfigDict:
+  """IMPALA's Atari agent (`_atari_agent`: ResNet, RMSProp, summed losses) on Catch seen
+  as uint8 frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
+  c = _atari_agent(_base())
+  c.env = configs.pixel_catch()
+  c.total_env_steps = 20 * 32 * 8 * 16  # 81,920: 16 calls of 8 updates.
+  return configs.anakin(c, num_envs_per_device=32, rollout_length=20, updates_per_call=8)
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
-           "pong_sebulba": pong_sebulba}
+           "pong_sebulba": pong_sebulba, "pixel_catch_anakin": pixel_catch_anakin}
 
 
 get_config = configs.getter("IMPALA", CONFIGS, default="cartpole_anakin")

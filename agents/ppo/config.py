@@ -50,8 +50,39 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
                          rollout_length=64)
 
 
+def _atari_agent(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
+  """PPO's usual Atari settings (Schulman et al. 2017; CleanRL's ppo_atari): clip 0.1,
+  Adam 2.5e-4 (eps 1e-5) annealed to 0, gradient norm 0.5, 4 epochs of 4 minibatches,
+  GAE 0.95, discount 0.99, entropy 0.01, value 0.5; the IMPALA ResNet torso, so PPO and
+  IMPALA differ only in their agent, loss and optimizer sections."""
+  c.network = configs.impala_resnet()
+  c.loss.clip_epsilon = 0.1
+  c.optimizer = configs.section("adam", learning_rate=2.5e-4, eps=1e-5, max_grad_norm=0.5,
+                                anneal=True)
+  return c
+
+
+def pong_sebulba() -> config_dict.ConfigDict:
+  """PPO on EnvPool's Pong-v5 under Sebulba (`_atari_agent`), the Atari preprocessing of
+  IMPALA's `pong_sebulba`. Rollouts of 32 steps keep the actors' policy lag short."""
+  c = _atari_agent(_base())
+  c.total_env_steps = 10_000_000
+  # 24 envs per actor thread split evenly over 1, 2, 3, 4, 6 or 8 learner devices.
+  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=32)
+
+
+def pixel_catch_anakin() -> config_dict.ConfigDict:
+  """PPO's Atari agent (`_atari_agent`: ResNet, Adam, clip 0.1) on Catch seen as uint8
+  frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
+  c = _atari_agent(_base())
+  c.env = configs.pixel_catch()
+  c.total_env_steps = 20 * 32 * 8 * 16  # 81,920: 16 calls of 8 updates.
+  return configs.anakin(c, num_envs_per_device=32, rollout_length=20, updates_per_call=8)
+
+
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
-           "cartpole_sebulba": cartpole_sebulba}
+           "cartpole_sebulba": cartpole_sebulba, "pong_sebulba": pong_sebulba,
+           "pixel_catch_anakin": pixel_catch_anakin}
 
 
 get_config = configs.getter("PPO", CONFIGS, default="cartpole_anakin")

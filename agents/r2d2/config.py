@@ -75,8 +75,8 @@ def atari_sebulba() -> config_dict.ConfigDict:
   # 4M observations in sequences that advance 40 steps each.
   c.replay = configs.replay("reverb", batch_size=64, max_size=4_000_000 // 40,
                             min_size=6_250, samples_per_insert=0.5)
-  return configs.atari_sebulba(c, "Pong-v5", episodic_life=False, reward_clip=False,
-                               num_envs_per_actor=32, rollout_length=40)
+  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=40,
+                               episodic_life=False, reward_clip=False)
 
 
 CONFIGS = {"catch_anakin": catch_anakin, "cartpole_sebulba": cartpole_sebulba,

@@ -1,7 +1,9 @@
 """Runtimes turn an agent and an environment into a running experiment.
 
-anakin: environment in JAX; acting and learning compiled into one replicated program.
-sebulba: environments on the CPU; actor threads on actor devices, learner on the rest.
+Each implements `podracer.runtime.Runtime`:
+anakin.py: environment in JAX; acting and learning compiled into one replicated program.
+sebulba/: environments on the CPU; actor threads on actor devices, learner on the rest.
+compile_once.py: the guard that fails a step traced twice (shared by both).
 """
 
 from podracer.runtimes.anakin import Anakin

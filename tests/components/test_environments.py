@@ -18,7 +18,7 @@ from podracer.components import environments as envs
 from podracer.components.environments import (CartPole, Catch, Gymnax, Pendulum, VectorEnv,
                                               VectorEnvState)
 from podracer.components.environments.cartpole import CartPoleState
-from podracer.components.environments.catch import CatchState
+from podracer.components.environments.catch import CatchState, PixelCatch
 from podracer.components.environments.pendulum import PendulumState
 from podracer.errors import ConfigError
 from podracer.types import ArraySpec, DiscreteSpec, StepType
@@ -222,6 +222,32 @@ def test_catch_observation_has_ball_and_paddle():
   b = np.arange(obs.shape[0])
   for t in range(env.rows - 2):
     np.testing.assert_array_equal(obs[b, t, t + 1, np.asarray(states.ball_x[:, t])], 1.0)
+
+
+def test_pixel_catch_is_catch_rendered_as_stacked_uint8_frames():
+  env = PixelCatch(rows=10, columns=5, scale=2, stack=4)
+  spec = env.spec()
+  assert spec.observation.shape == (4, 20, 10) and spec.observation.dtype == np.uint8
+  assert spec.action == Catch().spec().action
+  state, ts = env.reset(KEY)
+  catch_state, catch_ts = Catch().reset(KEY)
+  frames = [np.asarray(ts.observation)]
+  assert frames[0].dtype == np.uint8 and set(np.unique(frames[0]).tolist()) == {0, 255}
+  # The first frame fills the stack; each cell is a 2x2 block of 255.
+  np.testing.assert_array_equal(frames[0], np.broadcast_to(frames[0][-1], (4, 20, 10)))
+  board = np.asarray(catch_ts.observation)
+  np.testing.assert_array_equal(frames[0][-1, ::2, ::2] // 255, board)
+  np.testing.assert_array_equal(frames[0][-1, 1::2, 1::2] // 255, board)
+  for action in (0, 2, 1):
+    state, ts = env.step(state, jnp.int32(action))
+    catch_state, catch_ts = Catch().step(catch_state, jnp.int32(action))
+    frames.append(np.asarray(ts.observation))
+    # Same dynamics and rewards as Catch; the newest frame last, older ones shifted.
+    assert (ts.step_type, ts.reward, ts.discount) == \
+        (catch_ts.step_type, catch_ts.reward, catch_ts.discount)
+    np.testing.assert_array_equal(frames[-1][-1, ::2, ::2] // 255, catch_ts.observation)
+    np.testing.assert_array_equal(frames[-1][:-1], frames[-2][1:])
+  chex.assert_trees_all_equal_shapes_and_dtypes(env.reset(KEY)[0], state)
 
 
 # VectorEnv.

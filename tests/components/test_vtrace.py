@@ -35,7 +35,7 @@ def _batch(timestep, behaviour_prob=0.5):
 
 def _targets_and_advantages(batch, values, **loss_kwargs):
   """v_t and A_t recovered from the gradients of the loss (see the module docstring)."""
-  loss_fn = VTraceLoss(baseline_coef=1.0, entropy_coef=0.0, **loss_kwargs)
+  loss_fn = VTraceLoss(baseline_coef=1.0, entropy_coef=0.0, reduction="mean", **loss_kwargs)
   logits = jnp.zeros((*batch.mask.shape, 2))  # pi(a|s) = 0.5
   grad_fn = jax.jit(jax.grad(lambda l, v, b: loss_fn(l, v, b)[0], argnums=(0, 1)))
   grad_logits, grad_values = grad_fn(logits, values, batch)
@@ -62,7 +62,7 @@ def test_on_policy_lambda_one_targets_are_n_step_returns():
 def test_loss_and_metrics_by_hand():
   ts = _timestep([F, M, M, M], [0, 1, 2, 3], [1, 1, 1, 1])
   values = jnp.array([0.5, 1.0, 1.5, 2.0])[:, None]
-  loss_fn = VTraceLoss(baseline_coef=0.5, entropy_coef=0.01)
+  loss_fn = VTraceLoss(baseline_coef=0.5, entropy_coef=0.01, reduction="mean")
   loss, metrics = loss_fn(jnp.zeros((3, 1, 2)), values, _batch(ts))
   advantages = np.array([6.188, 5.32, 3.3])  # v_t - V(s_t) from the test above.
   policy_loss = -np.mean(np.log(0.5) * advantages)
@@ -73,6 +73,21 @@ def test_loss_and_metrics_by_hand():
   chex.assert_trees_all_close(metrics["rho"], 1.0, rtol=1e-6)
   chex.assert_trees_all_close(
       loss, policy_loss + 0.5 * value_loss - 0.01 * np.log(2.0), rtol=1e-5)
+
+
+def test_sum_reduction_is_the_mean_times_the_number_of_real_transitions():
+  """The IMPALA paper's losses are sums over time and batch (its RMSProp eps and gradient
+  clipping are calibrated for them); the reset transition is not counted."""
+  ts = _timestep([F, M, L, F, M], [0, 1, 2, 0, 1], [1, 1, 0, 1, 1])
+  values = jnp.array([0.5, 1.0, 1.5, 2.0, 2.5])[:, None]
+  logits = jnp.array([[0.3, -0.2], [0.0, 1.0], [2.0, 0.0], [-1.0, 0.5]])[:, None]
+  mean_loss, mean_metrics = VTraceLoss(reduction="mean")(logits, values, _batch(ts))
+  sum_loss, sum_metrics = VTraceLoss(reduction="sum")(logits, values, _batch(ts))
+  assert VTraceLoss().reduction == "sum"
+  chex.assert_trees_all_close(sum_loss, 3.0 * mean_loss, rtol=1e-6)
+  chex.assert_trees_all_close(sum_metrics, mean_metrics)  # metrics stay per-transition
+  with pytest.raises(ValueError, match="reduction"):
+    VTraceLoss(reduction="max")
 
 
 def test_off_policy_truncates_the_trace_with_clipped_ratios():

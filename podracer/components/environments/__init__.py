@@ -1,15 +1,15 @@
 """Environments; importing this package registers them by name.
 
-JAX environments (`Environment`: CartPole, Catch, Pendulum; batched by `VectorEnv`) run
-inside compiled programs; host environments (`HostEnvironment`: EnvPool, Gymnasium,
-dm_env) step on the CPU for the Sebulba runtime. EnvPool and Gymnasium are imported only
-when such an environment is built.
+JAX environments (`Environment`: CartPole, Catch, PixelCatch, Pendulum; batched by
+`VectorEnv`) run inside compiled programs; host environments (`HostEnvironment`:
+EnvPool, Gymnasium, dm_env) step on the CPU for the Sebulba runtime. EnvPool and
+Gymnasium are imported only when such an environment is built.
 """
 
 from podracer.components.environments.base import (Environment, VectorEnv, VectorEnvState,
                                                    restart, transition)
 from podracer.components.environments.cartpole import CartPole
-from podracer.components.environments.catch import Catch
+from podracer.components.environments.catch import Catch, PixelCatch
 from podracer.components.environments.dm_env_adapter import CatchDmEnv, DmEnv
 from podracer.components.environments.envpool_env import EnvPool
 from podracer.components.environments.gymnasium_env import Gymnasium
@@ -19,5 +19,5 @@ from podracer.components.environments.host import (EpisodeTracker, HostEnvironme
                                                    episode_stats)
 
 __all__ = ["Environment", "VectorEnv", "VectorEnvState", "restart", "transition",
-           "CartPole", "Catch", "Pendulum", "Gymnax", "HostEnvironment", "EpisodeTracker",
-           "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv"]
+           "CartPole", "Catch", "PixelCatch", "Pendulum", "Gymnax", "HostEnvironment",
+           "EpisodeTracker", "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv"]

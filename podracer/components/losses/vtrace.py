@@ -50,15 +50,26 @@ def vtrace_batch(timestep: TimeStep, action: jax.Array, behaviour_log_prob: jax.
 class VTraceLoss:
   """Policy gradient with V-trace advantages, a V-trace baseline loss and entropy bonus.
 
-  L = -E[log pi(a|s) A_pg] + c_b E[(v_s - V(s))^2] / 2 - c_H E[H(pi)], expectations
-  over unmasked transitions, with v_s and A_pg = clip(rho, rho_pg) (r + gamma v_{s+1} -
-  V(s)) from `rlax.vtrace_td_error_and_advantage` and held constant. Called as
+  L = -S[log pi(a|s) A_pg] + c_b S[(v_s - V(s))^2] / 2 - c_H S[H(pi)] over unmasked
+  transitions, with v_s and A_pg = clip(rho, rho_pg) (r + gamma v_{s+1} - V(s)) from
+  `rlax.vtrace_td_error_and_advantage` and held constant. Called as
   `loss(logits [T, B, A], values [T+1, B], batch)`; values[T] is the bootstrap.
+
+  `reduction` is S: "sum" over time and batch, as in the IMPALA paper, whose optimizer
+  settings (RMSProp eps 0.01 inside the square root, gradient norm clipped at 40) are
+  absolute scales calibrated for summed losses; or "mean", for settings tuned that way.
+  The reported metrics are means either way, so they compare across batch sizes.
   """
+
+  REDUCTIONS = ("sum", "mean")
 
   def __init__(self, baseline_coef: float = 0.5, entropy_coef: float = 0.01,
                clip_rho_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
-               lambda_: float = 1.0):
+               lambda_: float = 1.0, reduction: str = "sum"):
+    if reduction not in self.REDUCTIONS:
+      raise ValueError(f"Unknown reduction {reduction!r} for loss 'vtrace'; options: "
+                       f"{', '.join(self.REDUCTIONS)}.")
+    self.reduction = reduction
     self.baseline_coef = baseline_coef
     self.entropy_coef = entropy_coef
     self.clip_rho_threshold = clip_rho_threshold
@@ -91,5 +102,7 @@ class VTraceLoss:
     value_loss = 0.5 * _masked_mean(jnp.square(value_target - v_tm1), mask)
     entropy = _masked_mean(categorical_entropy(logits), mask)
     loss = policy_loss + self.baseline_coef * value_loss - self.entropy_coef * entropy
+    if self.reduction == "sum":  # The same loss, times the number of real transitions.
+      loss = loss * jnp.sum(mask)
     return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
                       rho=_masked_mean(rho, mask))
