@@ -114,10 +114,9 @@ def episode_sums(stats: Any, xp: Any = np) -> Any:
   compiled program (Anakin sums in the graph, Sebulba's actors on the host).
   """
   done = stats.done
-  return xp.stack([
-      xp.sum(done.astype(xp.float32)),
-      xp.sum(xp.where(done, stats.episode_return, 0.0)),
-      xp.sum(xp.where(done, stats.episode_length, 0)).astype(xp.float32)])
+  # Products, not `where`: the same sums, and cheaper on the host, where actors call this.
+  return xp.stack([xp.sum(done), xp.sum(stats.episode_return * done),
+                   xp.sum(stats.episode_length * done)]).astype(xp.float32)
 
 
 def episode_record(sums: Any) -> Dict[str, float]:

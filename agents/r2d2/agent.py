@@ -14,7 +14,7 @@ targets. Consecutive sequences' learned steps tile the stream exactly.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Tuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp

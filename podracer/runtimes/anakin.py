@@ -9,7 +9,6 @@ devices with the state donated, so the host only launches it and reads metrics.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -24,7 +23,7 @@ from podracer.experience import host_replay
 from podracer.metrics import RateMeter, Window, device_counts, episode_sums
 from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.compile_once import compile_once
-from podracer.types import REPLICA_AXIS, AgentState, EnvSpec, Trajectory, strip_weak_types
+from podracer.types import REPLICA_AXIS, AgentState, Trajectory, strip_weak_types
 
 
 class AnakinState(NamedTuple):

@@ -7,6 +7,7 @@ inference, which is why each actor device runs several threads.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -56,13 +57,32 @@ def stack_and_split(num_learners: int, entries: List[Trajectory]) -> Trajectory:
   return split_for_learners(num_learners, trajectories.stack(entries))
 
 
-def _assembled(fn: Callable[[Trajectory], PyTree], overlap: int):
-  """(earlier, stepped entries, pending) -> (fn(trajectory), the next `earlier`)."""
-  def finish(earlier, stepped, pending):
-    trajectory = trajectories.assemble(earlier, trajectories.stack(stepped), pending)
-    return fn(trajectory), trajectories.split_last(
-        trajectories.last_entries(trajectory, overlap))[0]
-  return jax.jit(finish)
+# Module-level jits with static sizes: every run (and `run_actors` call) of a runtime
+# reuses one compilation instead of compiling its own closure again mid-measurement.
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _assemble_split(num_learners: int, overlap: int, earlier, stepped, pending):
+  """(earlier, stepped entries, pending) -> (the trajectory split over the learners, the
+  next `earlier`)."""
+  trajectory = trajectories.assemble(earlier, trajectories.stack(stepped), pending)
+  return split_for_learners(num_learners, trajectory), _next_earlier(trajectory, overlap)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _assemble_items(agent: Agent, earlier, stepped, pending):
+  """(earlier, stepped entries, pending) -> (the trajectory's replay items, the next
+  `earlier`)."""
+  trajectory = trajectories.assemble(earlier, trajectories.stack(stepped), pending)
+  return agent.replay_items(trajectory), _next_earlier(trajectory,
+                                                       agent.trajectory_overlap)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _first_earlier(pending: Trajectory, overlap: int) -> Trajectory:
+  return trajectories.split_last(trajectories.first_entries(pending, overlap))[0]
+
+
+def _next_earlier(trajectory: Trajectory, overlap: int) -> Trajectory:
+  return trajectories.split_last(trajectories.last_entries(trajectory, overlap))[0]
 
 
 class ToLearners:
@@ -71,8 +91,7 @@ class ToLearners:
   def __init__(self, learner_devices: List[jax.Device], batches: "queue.Queue",
                overlap: int):
     self.learners, self.batches = learner_devices, batches
-    self.finish = _assembled(lambda t: split_for_learners(len(learner_devices), t),
-                             overlap)
+    self.finish = functools.partial(_assemble_split, len(learner_devices), overlap)
 
   def deliver(self, split: PyTree, batch: Batch, stop: threading.Event) -> Optional[float]:
     """Queues the batch; the seconds it waited for room, or None if the run stopped."""
@@ -86,7 +105,7 @@ class ToReplay:
 
   def __init__(self, agent: Agent, replay: HostReplay, batches: "queue.Queue"):
     self.replay, self.batches = replay, batches
-    self.finish = _assembled(agent.replay_items, agent.trajectory_overlap)
+    self.finish = functools.partial(_assemble_items, agent)
 
   def deliver(self, items: PyTree, batch: Batch, stop: threading.Event) -> Optional[float]:
     """Inserts the items, then queues the statistics; None if the run stopped."""
@@ -121,20 +140,22 @@ class Actor:
         agent, act, device, store, output)
     self.num_envs, self.rollout_length = num_envs, rollout_length
     self.fail_after_first_batch = fail_after_first_batch
-    self.key = jax.device_put(jax.random.PRNGKey(seed * 7919 + 1 + index), device)
-    self.env = env_factory(num_envs=num_envs, seed=seed * 10_000 + index)
+    self.env_factory, self.index, self.seed = env_factory, index, seed
 
   def run(self, stop: threading.Event) -> None:
+    # Built on the actor's own thread, so a failing environment fails that thread.
+    env = self.env_factory(num_envs=self.num_envs, seed=self.seed * 10_000 + self.index)
     try:
-      self._loop(stop)
+      self._loop(env, stop)
     finally:
-      self.env.close()
+      env.close()
 
-  def _loop(self, stop: threading.Event) -> None:
-    agent, key = self.agent, self.key
+  def _loop(self, env: Any, stop: threading.Event) -> None:
+    agent = self.agent
+    key = jax.device_put(jax.random.PRNGKey(self.seed * 7919 + 1 + self.index), self.device)
     key, init_key = jax.random.split(key)
     actor_state = jax.device_put(agent.init_actor(init_key, self.num_envs), self.device)
-    timestep, _ = self.env.reset()
+    timestep, _ = env.reset()
     pending = earlier = None
     queue_wait = 0.0
     while not stop.is_set():
@@ -147,8 +168,7 @@ class Actor:
         out, next_state, key = self.act(params, actor_state, timestep, key)
         pending = Trajectory(timestep, actor_state, out.action, out.extras)
         actor_state = next_state
-        earlier, _ = trajectories.split_last(
-            trajectories.first_entries(pending, agent.trajectory_overlap))
+        earlier = _first_earlier(pending, agent.trajectory_overlap)
       stepped = []
       episodes = np.zeros(3)
       for _ in range(self.rollout_length):
@@ -157,10 +177,9 @@ class Actor:
         t0 = time.perf_counter()
         action = np.asarray(pending.action)  # Waits for this thread's inference.
         t1 = time.perf_counter()
-        timestep, stats = self.env.step(action)
+        timestep, stats = env.step(action)
         t2 = time.perf_counter()
-        stats = jax.tree.map(np.asarray, stats)
-        if stats.done.any():
+        if np.any(stats.done):  # Host environments' stats are numpy arrays already.
           episodes += episode_sums(stats, np)
         out, next_state, key = self.act(params, actor_state, timestep, key)
         stepped.append(pending)

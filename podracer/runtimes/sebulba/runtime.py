@@ -22,7 +22,7 @@ from podracer.runtimes.sebulba.actor import Actor, Batch, ToLearners, ToReplay
 from podracer.runtimes.sebulba.actor import act_and_advance_key
 from podracer.runtimes.sebulba.learner import FromQueue, FromReplay, Learner
 from podracer.runtimes.sebulba.params import ParamsStore, first_replica
-from podracer.types import REPLICA_AXIS, EnvSpec, Trajectory, strip_weak_types
+from podracer.types import REPLICA_AXIS, Trajectory, strip_weak_types
 
 
 @dataclasses.dataclass(frozen=True)
