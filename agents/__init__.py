@@ -3,3 +3,4 @@
 from agents import impala  # noqa: F401
 from agents import ppo  # noqa: F401
 from agents import r2d2  # noqa: F401
+from agents import sac  # noqa: F401

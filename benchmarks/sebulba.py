@@ -65,16 +65,22 @@ def raw_envpool_sps(env_config, num_pools: int, num_envs: int, seconds: float) -
   options = {k: v for k, v in env_config.items() if k not in ("name", "task_id")}
   pools = [envpool.make(env_config.task_id, env_type="dm", num_envs=num_envs,
                         batch_size=num_envs, seed=i, **options) for i in range(num_pools)]
-  num_actions = pools[0].action_spec().num_values
+  spec = pools[0].action_spec()
   counts = [0] * num_pools
   go, stop = threading.Event(), threading.Event()
+
+  def random_actions(rng):
+    if hasattr(spec, "num_values"):  # discrete
+      return rng.integers(0, spec.num_values, num_envs, dtype=np.int32)
+    return rng.uniform(spec.minimum, spec.maximum,
+                       (num_envs, *spec.shape)).astype(spec.dtype)  # continuous (bounded)
 
   def loop(i):
     rng = np.random.default_rng(i)
     pools[i].reset()
     go.wait()
     while not stop.is_set():
-      pools[i].step(rng.integers(0, num_actions, num_envs, dtype=np.int32))
+      pools[i].step(random_actions(rng))
       counts[i] += num_envs
 
   threads = [threading.Thread(target=loop, args=(i,)) for i in range(num_pools)]

@@ -60,9 +60,16 @@ class EpisodeStats(NamedTuple):
 # specs treats each spec as a leaf.
 @dataclasses.dataclass(frozen=True)
 class ArraySpec:
+  """An array's shape and dtype; continuous actions also carry their bounds.
+
+  `minimum` and `maximum` are None (unbounded), a float for every element, or a tuple of
+  floats of `shape` (tuples, not arrays, so specs stay hashable and comparable).
+  """
   shape: Tuple[int, ...]
   dtype: Any
   name: str = ""
+  minimum: Any = None
+  maximum: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +85,23 @@ class DiscreteSpec:
 
 class EnvSpec(NamedTuple):
   observation: PyTree  # pytree of ArraySpec
-  action: Any          # DiscreteSpec (continuous actions: an ArraySpec)
+  action: Any          # DiscreteSpec, or for continuous actions a bounded ArraySpec
+
+
+def bounds(minimum, maximum) -> Tuple[Any, Any]:
+  """Array bounds as ArraySpec keeps them: a float when every element shares it, else a
+  (nested) tuple of floats; None stays None (unbounded)."""
+  def as_tuple(x):
+    return tuple(as_tuple(v) for v in x) if isinstance(x, list) else x
+
+  def convert(x):
+    if x is None:
+      return None
+    x = np.asarray(x, np.float64)
+    if x.size and np.all(x == x.flat[0]):
+      return float(x.flat[0])
+    return as_tuple(x.tolist())
+  return convert(minimum), convert(maximum)
 
 
 class ActorOutput(NamedTuple):

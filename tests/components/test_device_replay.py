@@ -80,7 +80,8 @@ def test_add_rejects_more_items_than_capacity_and_wrong_shapes():
     replay.add(state, {"obs": jnp.zeros((1, 4)), "action": jnp.zeros((1,), jnp.int32)})
 
 
-@pytest.mark.parametrize("exponent", [1.0, 0.5])
+# 0 is uniform over the filled slots, drawn by inverse CDF rather than categorically.
+@pytest.mark.parametrize("exponent", [1.0, 0.5, 0.0])
 def test_sampling_frequencies_follow_priority_to_the_alpha(exponent):
   replay = DeviceReplay(max_size=6, batch_size=20_000, priority_exponent=exponent)
   state = replay.add(replay.init(SPEC), _items([0, 1, 2, 3]),
@@ -239,3 +240,21 @@ def test_built_through_the_registry():
   assert isinstance(replay, DeviceReplay) and replay.kind == "device"
   assert (replay.capacity, replay.batch_size) == (8, 2)
   assert isinstance(replay.init(SPEC), DeviceReplayState)
+
+
+def test_uniform_sampling_skips_zero_priority_slots_anywhere_in_a_wrapped_buffer():
+  replay = DeviceReplay(max_size=8, batch_size=4_000, priority_exponent=0.0)
+  state = replay.add(replay.init(SPEC), _items(list(range(6))),
+                     priorities=jnp.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]))
+  # Wraps: slots 6, 7, 0, 1 are overwritten; slot 0 becomes 0-priority, slot 1 real.
+  state = replay.add(state, _items([6, 7, 8, 9]), priorities=jnp.array([1.0, 1.0, 0.0, 1.0]))
+  sample = _draws(replay, state, seed=3)
+  assert set(np.asarray(sample.indices)) == {1, 2, 3, 5, 6, 7}
+  counts = np.bincount(np.asarray(sample.indices), minlength=8)[[1, 2, 3, 5, 6, 7]]
+  chi2 = np.sum((counts - 4_000 / 6) ** 2 / (4_000 / 6))
+  assert chi2 < 20.5, counts  # chi-squared, 5 degrees of freedom, p = 0.001
+  np.testing.assert_allclose(sample.probabilities, 1 / 6)
+  # The sampled items are the ones in those slots.
+  np.testing.assert_array_equal(sample.items["action"],
+                                np.asarray(state.items["action"])[sample.indices])
+  assert set(np.asarray(sample.items["action"])) == {9, 2, 3, 5, 6, 7}

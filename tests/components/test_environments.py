@@ -9,16 +9,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import gymnasium
 from gymnasium.envs.classic_control import cartpole as gym_cartpole
+from gymnasium.envs.classic_control import pendulum as gym_pendulum
 
 from podracer import registry
 from podracer.components import environments as envs
-from podracer.components.environments import (CartPole, Catch, Gymnax, VectorEnv,
+from podracer.components.environments import (CartPole, Catch, Gymnax, Pendulum, VectorEnv,
                                               VectorEnvState)
 from podracer.components.environments.cartpole import CartPoleState
 from podracer.components.environments.catch import CatchState, PixelCatch
+from podracer.components.environments.pendulum import PendulumState
 from podracer.errors import ConfigError
-from podracer.types import DiscreteSpec, StepType
+from podracer.types import ArraySpec, DiscreteSpec, StepType
 
 KEY = jax.random.PRNGKey(0)
 THETA_MAX = 12 * 2 * np.pi / 360
@@ -439,3 +442,115 @@ def test_gymnax_adapter_separates_truncation_from_termination(monkeypatch):
   # Reaching the goal terminates; standing still runs into the time limit.
   assert run(1, 3) == [(1, 1.0, 1.0), (1, 1.0, 1.0), (2, 0.0, 1.0)]
   assert run(0, 5) == [(1, 1.0, 1.0)] * 4 + [(2, 1.0, 1.0)]
+
+
+def test_gymnax_box_action_spaces_keep_their_bounds(monkeypatch):
+  class Continuous(_FakeGymnaxEnv):
+    def action_space(self, params):
+      del params
+      return types.SimpleNamespace(shape=(1,), dtype=jnp.float32, low=jnp.array(-2.0),
+                                   high=jnp.array(2.0))
+
+  fake = types.ModuleType("gymnax")
+  fake.make = lambda env_id, **kw: (Continuous(), _FakeParams())
+  monkeypatch.setitem(sys.modules, "gymnax", fake)
+  assert Gymnax("Fake-v0").spec().action == ArraySpec((1,), jnp.float32, "action", -2.0, 2.0)
+
+
+# Pendulum.
+
+
+def _pendulum_state(theta, theta_dot, t=0):
+  f = lambda v: jnp.asarray(v, jnp.float32)
+  return PendulumState(f(theta), f(theta_dot), jnp.asarray(t, jnp.int32))
+
+
+def test_pendulum_step_matches_gymnasium():
+  rng = np.random.default_rng(0)
+  n = 256
+  # Angles beyond [-pi, pi) test the cost's normalisation; speeds near 8 the clipping.
+  states = np.stack([rng.uniform(-7, 7, n), rng.uniform(-8, 8, n)], 1).astype(np.float32)
+  actions = rng.uniform(-2.5, 2.5, (n, 1)).astype(np.float32)  # beyond the bounds: clipped
+  new_state, ts = jax.jit(jax.vmap(Pendulum().step))(
+      _pendulum_state(*states.T, t=np.zeros(n, np.int32)), actions)
+  gym_env = gym_pendulum.PendulumEnv()
+  gym_env.reset(seed=0)
+  for i in range(n):
+    gym_env.unwrapped.state = states[i].astype(np.float64)
+    obs, reward, terminated, truncated, _ = gym_env.step(actions[i])
+    np.testing.assert_allclose(ts.observation[i], obs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ts.reward[i], reward, rtol=1e-5, atol=1e-5)
+    assert not terminated and not truncated
+  assert np.all(np.asarray(ts.step_type) == StepType.MID) and np.all(ts.discount == 1.0)
+
+
+def test_pendulum_step_matches_the_formulas_by_hand():
+  # theta = pi/2 (horizontal), thetadot = 1, torque 2 (beyond 2 is clipped to it):
+  # cost = (pi/2)^2 + 0.1 * 1 + 0.001 * 4; thetadot' = 1 + (15 sin(pi/2) + 3 * 2) * 0.05.
+  state, ts = Pendulum().step(_pendulum_state(np.pi / 2, 1.0), jnp.array([3.0]))
+  np.testing.assert_allclose(float(ts.reward), -((np.pi / 2) ** 2 + 0.1 + 0.004), rtol=1e-6)
+  np.testing.assert_allclose(float(state.theta_dot), 2.05, rtol=1e-6)
+  np.testing.assert_allclose(float(state.theta), np.pi / 2 + 2.05 * 0.05, rtol=1e-6)
+  np.testing.assert_allclose(ts.observation, [np.cos(state.theta), np.sin(state.theta), 2.05],
+                             rtol=1e-6)
+  # Speeds clip at 8; the angle moves with the clipped speed.
+  state, _ = Pendulum().step(_pendulum_state(np.pi / 2, 7.9), jnp.array([2.0]))
+  assert float(state.theta_dot) == 8.0
+  np.testing.assert_allclose(float(state.theta), np.pi / 2 + 0.4, rtol=1e-6)
+
+
+def test_pendulum_trajectory_matches_gymnasium_to_the_200_step_limit():
+  env = Pendulum()
+  state, ts = env.reset(KEY)
+  gym_env = gymnasium.make("Pendulum-v1")
+  gym_env.reset(seed=0)
+  gym_env.unwrapped.state = np.array([state.theta, state.theta_dot], np.float64)
+  step = jax.jit(env.step)
+  rng = np.random.default_rng(1)
+  for t in range(1, 201):
+    action = rng.uniform(-2, 2, (1,)).astype(np.float32)
+    state, ts = step(state, action)
+    obs, reward, terminated, truncated, _ = gym_env.step(action)
+    # float32 against float64 over 200 chaotic-ish steps: a loose tolerance.
+    np.testing.assert_allclose(ts.observation, obs, atol=2e-3)
+    np.testing.assert_allclose(float(ts.reward), reward, atol=1e-2)
+    assert int(ts.step_type) == (StepType.LAST if t == 200 else StepType.MID)
+    assert truncated == (t == 200) and not terminated
+  # Truncation, not termination: the agent bootstraps through the last step.
+  assert float(ts.discount) == 1.0
+
+
+def test_pendulum_reset_distribution_spec_and_dtypes():
+  env = Pendulum()
+  states, ts = jax.vmap(env.reset)(jax.random.split(KEY, 512))
+  theta, theta_dot = np.asarray(states.theta), np.asarray(states.theta_dot)
+  assert np.all(np.abs(theta) <= np.pi) and np.abs(theta).max() > 3.0
+  assert np.all(np.abs(theta_dot) <= 1.0) and np.abs(theta_dot).max() > 0.95
+  np.testing.assert_allclose(ts.observation, np.stack(
+      [np.cos(theta), np.sin(theta), theta_dot], 1), rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(ts.step_type, StepType.FIRST)
+  spec = env.spec()
+  assert spec.action == ArraySpec((1,), np.float32, "action", -2.0, 2.0)
+  assert spec.observation.shape == (3,)
+  state, ts = jax.eval_shape(env.reset, KEY)
+  next_state, next_ts = jax.eval_shape(env.step, state,
+                                       jax.ShapeDtypeStruct((1,), jnp.float32))
+  chex.assert_trees_all_equal_shapes_and_dtypes(state, next_state)
+  chex.assert_trees_all_equal_shapes_and_dtypes(ts, next_ts)
+  _assert_strong((state, next_state, ts, next_ts), "pendulum")
+  assert next_ts.observation.dtype == jnp.float32 and next_ts.observation.shape == (3,)
+
+
+def test_vector_env_steps_continuous_actions():
+  env = VectorEnv(Pendulum(max_episode_steps=3), 4)
+  state, ts = env.reset(KEY)
+  step = jax.jit(env.step)
+  actions = jnp.linspace(-2.0, 2.0, 4)[:, None]
+  for _ in range(3):
+    state, ts, stats = step(state, actions)
+  np.testing.assert_array_equal(ts.step_type, StepType.LAST)
+  np.testing.assert_array_equal(stats.episode_length, 3)
+  # Different torques, different swings.
+  assert len(set(np.asarray(ts.observation[:, 2]).round(5))) == 4
+  _, ts, _ = step(state, actions)
+  np.testing.assert_array_equal(ts.step_type, StepType.FIRST)

@@ -264,6 +264,42 @@ def test_envpool_step_before_reset_is_an_error():
       env.step(np.zeros(3, np.int32))
 
 
+def test_envpool_pendulum_has_bounded_continuous_actions_and_our_jax_dynamics():
+  """EnvPool's Pendulum-v1 (Sebulba) and podracer's JAX `pendulum` (Anakin) agree step
+  for step, so an agent sees one task under both runtimes."""
+  import jax
+  from podracer.components.environments import Pendulum
+  from podracer.components.environments.pendulum import PendulumState
+  rng = np.random.default_rng(0)
+  with EnvPool("Pendulum-v1", num_envs=3, seed=0) as env:
+    spec = env.spec()
+    assert spec.action == ArraySpec((1,), np.float32, "action", -2.0, 2.0)
+    assert spec.observation.shape == (3,)
+    timestep, _ = env.reset()
+    step = jax.jit(jax.vmap(Pendulum().step))
+    for t in range(1, 201):
+      action = rng.uniform(-2, 2, (3, 1)).astype(np.float32)
+      obs = timestep.observation
+      state = PendulumState(np.arctan2(obs[:, 1], obs[:, 0]), obs[:, 2],
+                            np.zeros(3, np.int32))
+      _, ours = step(state, action)
+      timestep, stats = env.step(action)
+      np.testing.assert_allclose(timestep.observation, ours.observation, atol=1e-4)
+      np.testing.assert_allclose(timestep.reward, ours.reward, rtol=1e-4, atol=1e-4)
+    # Truncated at 200 steps with discount 1, as the JAX environment.
+    np.testing.assert_array_equal(timestep.step_type, StepType.LAST)
+    np.testing.assert_array_equal(timestep.discount, 1.0)
+    np.testing.assert_array_equal(stats.episode_length, 200)
+
+
+def test_gymnasium_box_actions_keep_their_bounds():
+  with Gymnasium("Pendulum-v1", num_envs=2, seed=0) as env:
+    assert env.spec().action == ArraySpec((1,), np.float32, "action", -2.0, 2.0)
+    env.reset()
+    timestep, _ = env.step(np.full((2, 1), 0.5, np.float32))
+    assert timestep.reward.shape == (2,) and timestep.observation.shape == (2, 3)
+
+
 # Gymnasium.
 
 

@@ -267,3 +267,93 @@ def test_max_pool_same_matches_haiku_max_pool_and_its_gradient(shape):
   np.testing.assert_array_equal(ours(x), theirs(x))
   grad = lambda f: jax.grad(lambda x: jnp.sum(f(x) ** 2))(x)
   np.testing.assert_allclose(grad(ours), grad(theirs), rtol=1e-6)
+
+
+# Continuous actions: the squashed Gaussian policy and the twin Q critic.
+
+
+def _continuous_spec(low=-2.0, high=2.0, shape=(1,)):
+  return EnvSpec(observation=ArraySpec((3,), np.float32),
+                 action=ArraySpec(shape, np.float32, "action", low, high))
+
+
+def test_squashed_gaussian_actions_stay_within_bounds_with_the_change_of_variables_density():
+  policy = networks.gaussian_policy(_continuous_spec(-2.0, 2.0), hidden_sizes=(16,))
+  obs = jax.random.normal(KEY, (4096, 3)) * 3
+  params = policy.init(KEY, obs[:1])
+  action, log_prob = jax.jit(policy.sample)(params, obs, jax.random.PRNGKey(1))
+  assert action.shape == (4096, 1) and log_prob.shape == (4096,)
+  # float32 tanh reaches 1 for |u| > 9: the bounds themselves, with a finite log-prob.
+  assert np.all(np.abs(action) <= 2.0) and np.abs(action).max() > 1.0
+  assert np.all(np.isfinite(log_prob))
+  # By hand: u = atanh(a / 2) ~ N(mean, std), and da = 2 (1 - tanh(u)^2) du.
+  def density(a, mean, std):
+    u = np.arctanh(a / 2)
+    return np.exp(-0.5 * ((u - mean) / std) ** 2) / (
+        std * np.sqrt(2 * np.pi) * 2 * (1 - np.tanh(u) ** 2))
+
+  out = policy.apply(params, obs)
+  mean, std = np.asarray(out.mean[:, 0], np.float64), np.exp(np.asarray(out.log_std[:, 0],
+                                                                         np.float64))
+  a = np.asarray(action[:, 0], np.float64)
+  ok = np.abs(a) < 1.99  # float32 tanh saturates near the bounds; atanh cannot undo it
+  np.testing.assert_allclose(log_prob[ok], np.log(density(a[ok], mean[ok], std[ok])),
+                             rtol=1e-3, atol=1e-3)
+  # That density integrates to one over the action range (trapezoid on a fine grid).
+  grid = np.linspace(-2, 2, 200_001)[1:-1]
+  values = density(grid, 0.3, 0.6)
+  integral = np.sum((values[1:] + values[:-1]) / 2 * np.diff(grid))
+  assert integral == pytest.approx(1.0, abs=1e-4)
+  # The mode is the squashed mean; log_std stays within its configured range.
+  np.testing.assert_allclose(policy.mode(params, obs)[:, 0], 2 * np.tanh(mean), rtol=1e-5)
+  assert np.all(out.log_std >= -5.0) and np.all(out.log_std <= 2.0)
+
+
+def test_squashed_gaussian_maps_to_asymmetric_bounds_and_is_reparameterised():
+  low, high = (0.0, -1.0), (1.0, 3.0)
+  policy = networks.gaussian_policy(_continuous_spec(low, high, (2,)), hidden_sizes=(8,))
+  obs = jax.random.normal(KEY, (2048, 3))
+  params = policy.init(KEY, obs[:1])
+  action, log_prob = policy.sample(params, obs, jax.random.PRNGKey(2))
+  assert np.all(action >= np.array(low)) and np.all(action <= np.array(high))
+  # The same noise through the same network: gradients reach the mean's weights.
+  grads = jax.grad(lambda p: jnp.sum(policy.sample(p, obs, jax.random.PRNGKey(2))[0]))(params)
+  assert np.abs(grads["head/mean"]["w"]).sum() > 0
+  assert np.abs(grads["head/log_std"]["w"]).sum() > 0
+  # log-probabilities sum over both dimensions, each shifted by log(half width).
+  out = policy.apply(params, obs)
+  squashed = (np.asarray(action, np.float64) - np.array([0.5, 1.0])) / np.array([0.5, 2.0])
+  ok = np.all(np.abs(squashed) < 0.995, axis=1)  # away from float32 tanh's saturation
+  u, mean = np.arctanh(squashed[ok]), np.asarray(out.mean, np.float64)[ok]
+  std = np.exp(np.asarray(out.log_std, np.float64))[ok]
+  per_dim = (-0.5 * ((u - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
+             - np.log(np.array([0.5, 2.0]) * (1 - np.tanh(u) ** 2)))
+  np.testing.assert_allclose(log_prob[ok], per_dim.sum(1), rtol=1e-3, atol=1e-3)
+
+
+def test_twin_q_heads_are_independent_critics_of_observation_and_action():
+  critic = networks.twin_q(_continuous_spec(), hidden_sizes=(32, 32))
+  obs, action = jax.random.normal(KEY, (5, 3)), jnp.linspace(-2, 2, 5)[:, None]
+  params = critic.init(KEY, obs, action)
+  q1, q2 = critic.apply(params, obs, action)
+  assert q1.shape == q2.shape == (5,)
+  assert not np.allclose(q1, q2)  # separately initialised
+  assert {k.split("/")[0] for k in params} == {"q1_torso", "q1_value", "q2_torso", "q2_value"}
+  # Q1 depends on Q1's parameters only, and on the action.
+  grads = jax.grad(lambda p: jnp.sum(critic.apply(p, obs, action)[0]))(params)
+  assert all(not np.any(grads[k]["w"]) for k in grads if k.startswith("q2"))
+  q1_other, _ = critic.apply(params, obs, -action)
+  assert not np.allclose(q1, q1_other)
+
+
+@pytest.mark.parametrize("name", ["gaussian_policy", "twin_q"])
+def test_continuous_networks_reject_discrete_or_unbounded_actions(name):
+  with pytest.raises(ValueError, match="bounded continuous action spec"):
+    registry.networks.get(name)(spec=_spec((3,), 2))
+  with pytest.raises(ValueError, match="bounded continuous action spec"):
+    registry.networks.get(name)(spec=_continuous_spec(None, None))
+  with pytest.raises(ValueError, match="hidden_sizes"):
+    registry.networks.get(name)(spec=_continuous_spec(), hidden_sizes=(0,))
+  with pytest.raises(ConfigError, match="action spec"):
+    registry.build(registry.networks, dict(name=name), key="actor_network",
+                   spec=_spec((3,), 2))

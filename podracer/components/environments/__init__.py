@@ -1,9 +1,9 @@
 """Environments; importing this package registers them by name.
 
-JAX environments (`Environment`, batched by `VectorEnv`) run inside compiled programs;
-host environments (`HostEnvironment`: EnvPool, Gymnasium, dm_env) step on the CPU for
-the Sebulba runtime. EnvPool and Gymnasium are imported only when such an environment
-is built.
+JAX environments (`Environment`: CartPole, Catch, PixelCatch, Pendulum; batched by
+`VectorEnv`) run inside compiled programs; host environments (`HostEnvironment`:
+EnvPool, Gymnasium, dm_env) step on the CPU for the Sebulba runtime. EnvPool and
+Gymnasium are imported only when such an environment is built.
 """
 
 from podracer.components.environments.base import (Environment, VectorEnv, VectorEnvState,
@@ -14,9 +14,10 @@ from podracer.components.environments.dm_env_adapter import CatchDmEnv, DmEnv
 from podracer.components.environments.envpool_env import EnvPool
 from podracer.components.environments.gymnasium_env import Gymnasium
 from podracer.components.environments.gymnax_adapter import Gymnax
+from podracer.components.environments.pendulum import Pendulum
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    episode_stats)
 
 __all__ = ["Environment", "VectorEnv", "VectorEnvState", "restart", "transition",
-           "CartPole", "Catch", "PixelCatch", "Gymnax", "HostEnvironment", "EpisodeTracker",
-           "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv"]
+           "CartPole", "Catch", "PixelCatch", "Pendulum", "Gymnax", "HostEnvironment",
+           "EpisodeTracker", "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv"]

@@ -23,7 +23,7 @@ from podracer import registry
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    env_seeds, host_timestep)
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, StepType,
-                            TimeStep)
+                            TimeStep, bounds)
 
 
 def resolve_factory(factory: Union[str, Callable[..., Any]]) -> Callable[..., Any]:
@@ -86,7 +86,10 @@ class DmEnv(HostEnvironment):
     if isinstance(action, specs.DiscreteArray):
       action = DiscreteSpec(int(action.num_values))
     elif isinstance(action, specs.Array):
-      action = ArraySpec(tuple(action.shape), np.dtype(action.dtype), "action")
+      minimum, maximum = bounds(getattr(action, "minimum", None),
+                                getattr(action, "maximum", None))
+      action = ArraySpec(tuple(action.shape), np.dtype(action.dtype), "action", minimum,
+                         maximum)
     else:
       raise NotImplementedError(f"dm_env action spec {action!r} is not a single array; "
                                 "podracer agents take one discrete or continuous action.")

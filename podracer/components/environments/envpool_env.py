@@ -16,6 +16,7 @@ LAST is a FIRST (reward 0, discount 1) that ignores its action. Two things are f
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from typing import Any, Dict, Tuple
 
@@ -25,7 +26,7 @@ from podracer import registry
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    env_seeds, host_timestep)
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, PyTree,
-                            StepType, TimeStep)
+                            StepType, TimeStep, bounds)
 
 # Options EnvPool.make takes that this adapter sets itself.
 _RESERVED = ("env_type", "batch_size")
@@ -172,4 +173,6 @@ def _action_spec(env_spec) -> Any:
   if (np.issubdtype(spec.dtype, np.integer) and not spec.shape
       and np.ndim(raw.minimum) == 0 and int(raw.minimum) == 0):
     return DiscreteSpec(int(raw.maximum) + 1)
-  return spec
+  # Continuous actions (Pendulum, MuJoCo): agents squash their actions into these bounds.
+  minimum, maximum = bounds(raw.minimum, raw.maximum)
+  return dataclasses.replace(spec, minimum=minimum, maximum=maximum)

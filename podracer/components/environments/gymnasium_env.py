@@ -26,7 +26,7 @@ from podracer.errors import EnvironmentWorkerError
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    env_seeds, host_timestep)
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, StepType,
-                            TimeStep)
+                            TimeStep, bounds)
 
 # What an environment subprocess sets before it builds its environment.
 SUBPROCESS_ENV = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
@@ -219,6 +219,7 @@ def _action_spec(space) -> Any:
   if isinstance(space, spaces.Discrete):
     return DiscreteSpec(int(space.n))
   if isinstance(space, spaces.Box):
-    return ArraySpec(tuple(space.shape), np.dtype(space.dtype), "action")
+    minimum, maximum = bounds(space.low, space.high)
+    return ArraySpec(tuple(space.shape), np.dtype(space.dtype), "action", minimum, maximum)
   raise NotImplementedError(f"Gymnasium action space {space} is neither Discrete nor "
                             "Box; podracer agents take one discrete or continuous action.")

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from podracer import registry
 from podracer.components.environments.base import Environment, restart, transition
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, PyTree, TimeStep,
-                            strip_weak_types)
+                            bounds, strip_weak_types)
 
 
 class GymnaxState(NamedTuple):
@@ -67,7 +67,9 @@ class Gymnax(Environment):
     if hasattr(space, "n"):
       action = DiscreteSpec(int(space.n))
     else:
-      action = ArraySpec(tuple(space.shape), jnp.dtype(space.dtype), "action")
+      minimum, maximum = bounds(getattr(space, "low", None), getattr(space, "high", None))
+      action = ArraySpec(tuple(space.shape), jnp.dtype(space.dtype), "action", minimum,
+                         maximum)
     obs = jax.tree.map(lambda s: ArraySpec(tuple(s.shape), s.dtype, "observation"),
                        self._obs)
     return EnvSpec(observation=obs, action=action)

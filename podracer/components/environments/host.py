@@ -47,7 +47,8 @@ class HostEnvironment(abc.ABC):
 
   @abc.abstractmethod
   def step(self, action: np.ndarray) -> Tuple[TimeStep, EpisodeStats]:
-    """Steps every environment with `action` [B]; see the module docstring."""
+    """Steps every environment with `action` ([B] discrete, or [B, ...] continuous, in
+    the spec's bounds); see the module docstring."""
 
   def close(self) -> None:
     """Releases threads, subprocesses and simulators; safe to call twice."""

@@ -1,7 +1,10 @@
-"""Registered networks: `factory(spec=EnvSpec, **config) -> hk.Transformed`.
+"""Registered networks: `factory(spec=EnvSpec, **config) -> hk.Transformed` (or a
+NamedTuple of pure functions, for networks with more than one entry point).
 
-Every network's `apply(params, observation [B, ...])` returns a `PolicyValueOutput`
-(logits [B, num_actions], value [B]); `init(key, observation)` takes a sample batch.
+The actor-critic networks' `apply(params, observation [B, ...])` returns a
+`PolicyValueOutput` (logits [B, num_actions], value [B]); `init(key, observation)` takes a
+sample batch. `recurrent_q` is R2D2's; `gaussian_policy` and `twin_q` (continuous.py) are
+SAC's actor and critic.
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
+from podracer.components.networks.continuous import (GaussianOutput, GaussianPolicyNetwork,
+                                                     SquashedGaussianHead, gaussian_policy,
+                                                     squashed_gaussian_mode,
+                                                     squashed_gaussian_sample, twin_q)
 from podracer.components.networks.cores import LSTMCore
 from podracer.components.networks.heads import DuelingHead, PolicyValueHead, PolicyValueOutput
 from podracer.components.networks.torsos import (ACTIVATIONS, MLP, ImpalaResNet, NatureCNN,
@@ -165,7 +172,9 @@ def recurrent_q(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] =
 
 
 __all__ = [
-    "ACTIVATIONS", "ATARI_TORSOS", "DuelingHead", "ImpalaResNet", "LSTMCore", "MLP",
+    "ACTIVATIONS", "ATARI_TORSOS", "DuelingHead", "GaussianOutput", "GaussianPolicyNetwork",
+    "SquashedGaussianHead", "gaussian_policy", "squashed_gaussian_mode",
+    "squashed_gaussian_sample", "twin_q", "ImpalaResNet", "LSTMCore", "MLP",
     "NatureCNN", "PolicyValueHead", "PolicyValueOutput", "RecurrentQNetwork", "activation_fn",
     "atari_actor_critic", "mlp_actor_critic", "mlp_shared_actor_critic",
     "num_discrete_actions", "preprocess_image", "recurrent_q",

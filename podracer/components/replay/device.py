@@ -7,7 +7,8 @@ agent; under pmap each replica owns its own shard. `add` writes N items at `next
 replacement, with probability p_i^alpha / sum_j p_j^alpha, by `jax.random.categorical`
 over the log-priorities. Empty slots have priority 0, and 0-priority slots are never
 drawn. Sampling costs O(batch_size * capacity), which is cheap next to a learner step
-for the buffer sizes that fit on one device.
+for sequence replays; with alpha = 0 (uniform, as SAC's transition replay) it draws by
+inverse CDF instead, in O(capacity + batch_size log capacity).
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ class DeviceReplay:
   def sample(self, state: DeviceReplayState, key: jax.Array) -> Sample:
     """`batch_size` slots drawn with replacement, proportionally to priority^alpha."""
     valid = state.priorities > 0
+    if self.priority_exponent == 0:
+      return self._sample_uniform(state, valid, key)
     # -inf, not alpha * log(0) (NaN when alpha is 0): empty slots are never drawn.
     logits = jnp.where(valid, self.priority_exponent * jnp.log(state.priorities), -jnp.inf)
     # An empty buffer samples uniformly, so shapes and values stay finite; the agent
@@ -160,6 +163,24 @@ class DeviceReplay:
     indices = jax.random.categorical(key, logits, shape=(self.batch_size,))
     indices = indices.astype(jnp.int32)
     probabilities = jax.nn.softmax(logits)[indices]
+    items = jax.tree_util.tree_map(lambda buffer: buffer[indices], state.items)
+    return Sample(items=items, indices=indices, probabilities=probabilities,
+                  size=state.size, priorities=jnp.zeros((self.batch_size,), jnp.float32))
+
+  def _sample_uniform(self, state: DeviceReplayState, valid: jax.Array,
+                      key: jax.Array) -> Sample:
+    """alpha = 0: uniform over the slots with priority > 0, by inverse CDF. The same
+    distribution as the categorical draw, in O(capacity + batch log capacity) instead of
+    O(capacity * batch): what makes replays of 10^5 single transitions cheap to sample."""
+    filled = jnp.cumsum(valid.astype(jnp.int32))
+    count = filled[-1]
+    # The u-th valid slot (from 0) is the first whose running count exceeds u.
+    u = jax.random.randint(key, (self.batch_size,), 0, jnp.maximum(count, 1))
+    indices = jnp.searchsorted(filled, u, side="right").astype(jnp.int32)
+    # An empty buffer gives slot 0; the agent does not learn from it (`can_sample`).
+    indices = jnp.minimum(indices, self.capacity - 1)
+    probabilities = jnp.full((self.batch_size,), 1.0, jnp.float32) / jnp.maximum(
+        count, 1).astype(jnp.float32)
     items = jax.tree_util.tree_map(lambda buffer: buffer[indices], state.items)
     return Sample(items=items, indices=indices, probabilities=probabilities,
                   size=state.size, priorities=jnp.zeros((self.batch_size,), jnp.float32))
