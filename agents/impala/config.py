@@ -79,7 +79,7 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
   as uint8 frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
   c = _atari_agent(_base())
   c.env = configs.pixel_catch()
-  c.total_env_steps = 20 * 32 * 8 * 16  # 81,920: 16 calls of 8 updates.
+  c.total_env_steps = 20 * 32 * 8 * 24  # 122,880: 24 calls of 8 updates.
   return configs.anakin(c, num_envs_per_device=32, rollout_length=20, updates_per_call=8)
 
 
