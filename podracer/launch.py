@@ -19,6 +19,11 @@ import os
 import sys
 import textwrap
 
+# In the Reverb lane rlax -> distrax -> TFP imports TensorFlow, whose C++ logger prints
+# CUDA plugin registration errors even on CPU-only runs, before any message of ours.
+# Set TF_CPP_MIN_LOG_LEVEL yourself to see TensorFlow's C++ errors again.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 

@@ -53,7 +53,7 @@ for lane in "${LANE_LIST[@]}"; do
     echo "---- $lane: setup took ${setup_s}s; running: python -m pytest ${TARGETS[*]:+${TARGETS[*]} }-q -ra $*"
     t1=$SECONDS
     log="$LOG_DIR/$lane.log"
-    PODRACER_LANE="$lane" "$venv/bin/python" -m pytest "${TARGETS[@]}" -q -ra "$@" 2>&1 | tee "$log"
+    PODRACER_LANE="$lane" "$venv/bin/python" -m pytest "${TARGETS[@]}" -q -ra --durations=25 "$@" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     test_s=$((SECONDS - t1))
     line="$(grep -E '([0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?)|no tests ran)' "$log" \

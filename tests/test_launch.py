@@ -14,6 +14,7 @@ def launch(*args, timeout=300):
   path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
   env = dict(os.environ, PYTHONPATH=path)
   env.pop("XLA_FLAGS", None)  # The launcher runs as a user would: host devices only.
+  env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # Set to 1 by TensorFlow's import in this process.
   return subprocess.run([sys.executable, "-m", "podracer.launch", *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=timeout)
 
