@@ -41,6 +41,18 @@ def plan_calls(steps_per_call: int, updates_per_call: int, total_env_steps: int)
   return Plan(steps_per_call, num_calls, updates_per_call)
 
 
+# What a runtime that runs environments of one kind says of an environment of the other
+# ({name} is the runtime's class name, {kind} the environment's, {what} its name).
+REFUSALS = {
+    "jax": ("{name} compiles the environment into its program, so it needs an "
+            "environment written in JAX; `env.name` selects a {kind} environment ({what}). "
+            "Use runtime.name=sebulba for it."),
+    "host": ("{name} steps environments on the CPU; `env.name` selects a JAX "
+             "environment ({what}). Use an EnvPool, Gymnasium or dm_env environment, or "
+             "runtime.name=anakin."),
+}
+
+
 class RuntimeOptions(Protocol):
   """A runtime's config section (`runtime.*` keys other than `name`)."""
 
@@ -50,13 +62,12 @@ class RuntimeOptions(Protocol):
 class Runtime(abc.ABC):
   """What the builder and launcher need of a runtime (Anakin, Sebulba, yours).
 
-  A subclass declares its `Options` (a dataclass of its `runtime.*` keys, with `plan`),
-  the `environment_kind` it runs ('jax' or 'host') and `refusal`, the message for an
-  environment of the other kind ({kind} and {what} are filled in).
+  A subclass declares its `Options` (a dataclass of its `runtime.*` keys, with `plan`)
+  and the `environment_kind` it runs ('jax' or 'host'); REFUSALS says why an environment
+  of the other kind cannot run there.
   """
   Options: ClassVar[type]
   environment_kind: ClassVar[str]
-  refusal: ClassVar[str]
 
   @classmethod
   def environment_args(cls, seed: int) -> Dict[str, Any]:
@@ -73,11 +84,11 @@ class Runtime(abc.ABC):
     """
     declared = getattr(env_factory, "kind", None)
     if declared not in (None, cls.environment_kind):
-      raise ConfigError(cls.refusal.format(kind=declared, what=env_factory.section.name))
+      raise cls.refuse(declared, env_factory.section.name)
     env = env_factory(**cls.environment_args(seed))
     built = getattr(env, "kind", "jax")
     if built != cls.environment_kind:
-      raise ConfigError(cls.refusal.format(kind=built, what=type(env).__name__))
+      raise cls.refuse(built, type(env).__name__)
     if built == "jax":  # Host environments are checked on their first reset.
       from podracer.contracts import check_environment  # Imports JAX.
       name = getattr(getattr(env_factory, "section", None), "name", type(env).__name__)
@@ -86,6 +97,11 @@ class Runtime(abc.ABC):
     if hasattr(env, "close"):
       env.close()
     return spec
+
+  @classmethod
+  def refuse(cls, kind: str, what: str) -> ConfigError:
+    return ConfigError(REFUSALS[cls.environment_kind].format(name=cls.__name__, kind=kind,
+                                                             what=what))
 
   @abc.abstractmethod
   def __init__(self, agent: Any, env_factory: Callable[..., Any], topology: Any,

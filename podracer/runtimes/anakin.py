@@ -54,9 +54,6 @@ class Anakin(Runtime):
 
   Options = AnakinOptions
   environment_kind = "jax"
-  refusal = ("Anakin compiles the environment into its program, so it needs an environment "
-             "written in JAX; `env.name` selects a {kind} environment ({what}). Use "
-             "runtime.name=sebulba for it.")
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: AnakinOptions, plan: Plan, seed: int):

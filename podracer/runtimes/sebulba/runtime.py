@@ -57,9 +57,6 @@ class Sebulba(Runtime):
 
   Options = SebulbaOptions
   environment_kind = "host"
-  refusal = ("Sebulba steps environments on the CPU; `env.name` selects a JAX "
-             "environment ({what}). Use an EnvPool, Gymnasium or dm_env environment, or "
-             "runtime.name=anakin.")
 
   @classmethod
   def environment_args(cls, seed: int):
