@@ -24,7 +24,7 @@ from typing import Any, Dict, Mapping, Optional, TextIO
 
 from podracer import checkpoint, compose, contracts, guards, registry
 from podracer.errors import ConfigError
-from podracer.metrics import MetricsLogger
+from podracer.metrics import LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
 
 REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
@@ -54,7 +54,8 @@ class Experiment:
     self.logger = logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
                                          total_env_steps=self.plan.total_env_steps,
                                          stop_at_return=self.config.get("stop_at_return"),
-                                         resume_records=resumed)
+                                         resume_records=resumed,
+                                         **_log_options(self.config))
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     try:
       if checkpointer:
@@ -86,6 +87,16 @@ class EnvironmentFactory:
     return registry.build(registry.environments, self.section, key="env", **runtime_kwargs)
 
 
+def _log_options(config: Any) -> Dict[str, Any]:
+  """The `log` section's keys (metrics.LOG_KEYS) as MetricsLogger arguments."""
+  log = config.get("log") or {}
+  unknown = sorted(set(log) - set(LOG_KEYS))
+  if unknown:
+    raise ConfigError(f"Config key(s) {', '.join(f'`log.{k}`' for k in unknown)} are not "
+                      f"read; the `log` section takes: {', '.join(LOG_KEYS)}.")
+  return {k: v for k, v in dict(log).items() if v is not None}
+
+
 def _title(config: Any) -> str:
   return f"{config.agent.name} on {config.env.name} ({config.runtime.name}, seed {config.seed})"
 
@@ -103,6 +114,15 @@ def _check_required(config: Any) -> None:
   target = config.get("stop_at_return")
   if target is not None and not isinstance(target, (int, float)):
     raise ConfigError(f"Config key `stop_at_return` must be a number, got {target!r}.")
+
+
+def _declares(reg: Any, section: Any, parameter: str) -> bool:
+  """Whether the component a section names takes `parameter`."""
+  try:
+    component = reg.get(section.get("name"), key=f"{reg.kind}.name")
+    return parameter in inspect.signature(component).parameters
+  except (AttributeError, TypeError, ValueError):
+    return False  # registry.build reports a malformed section.
 
 
 def _optimizer_steps(factory: Any, agent_kwargs: Dict[str, Any], param: str,
@@ -133,6 +153,10 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
       extra["spec"] = spec
     if reg is registry.optimizers:
       extra["total_steps"] = _optimizer_steps(factory, agent_kwargs, name, total_updates)
+    elif reg is registry.losses and _declares(reg, config[name], "total_steps"):
+      # A loss with a schedule: the gradient steps of the optimizer of its role.
+      extra["total_steps"] = _optimizer_steps(
+          factory, agent_kwargs, name[:-len("loss")] + "optimizer", total_updates)
     injected[name] = registry.build(reg, config[name], key=name, **extra)
   agent_section = dict(config.agent)
   agent = registry.build(registry.agents, agent_section, key="agent", **injected)
@@ -152,6 +176,7 @@ def build(config: Any, agent: Any = None) -> Experiment:
   _check_required(config)
   if agent is None:
     compose.check_used(config)
+  _log_options(config)
   topology = registry.build(registry.topologies, config.topology, key="topology")
   runtime_cls = registry.runtimes.get(_name(config.runtime, "runtime"), key="runtime.name")
   options = registry.build(registry.runtimes, config.runtime, key="runtime",

@@ -89,3 +89,31 @@ def test_section_defaults_leave_out_builder_arguments_and_type_placeholders():
   env = compose.section_defaults(registry.environments, "envpool", "env")
   assert env.task_id is None and "num_envs" not in env and "seed" not in env
   env.task_id = "CartPole-v1"  # A typed placeholder: the command line can set it.
+
+
+def test_entropy_schedule_loss_component_follows_its_schedule(tmp_path):
+  """examples/entropy_schedule: a loss reads learning.step() and its injected total_steps."""
+  result = launch("--config=examples/entropy_schedule/config.py", f"--workdir={tmp_path}")
+  assert result.returncode == 0, result.stderr
+  records = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert len(records) == 3
+  # 3 calls x 16 updates x 16 minibatch steps = 768 gradient steps; each record averages
+  # the linear schedule 0.02 -> 0 over its call's 256 steps.
+  for call, record in enumerate(records):
+    expected = 0.02 * (1 - (256 * call + 127.5) / 768)
+    assert record["entropy_coef"] == pytest.approx(expected, rel=1e-4), record
+  # log.progress_metrics puts the loss's own metric on the progress line.
+  assert "entropy_coef 0.0" in result.stdout and "value_loss" not in result.stdout
+
+
+def test_the_log_section_takes_only_the_keys_the_logger_reads():
+  from agents.ppo.config import cartpole_anakin
+  from podracer import builder
+
+  config = cartpole_anakin()
+  config.log.progress_metrics = ("loss", "my_metric")
+  assert builder._log_options(config) == dict(progress_metrics=("loss", "my_metric"))
+  config.log.colour = "red"
+  with pytest.raises(ConfigError, match="`log.colour` are not read; the `log` section "
+                     "takes: progress_metrics"):
+    builder._log_options(config)
