@@ -88,6 +88,8 @@ def test_section_defaults_leave_out_builder_arguments_and_type_placeholders():
   assert runtime.rollout_length == 32  # SebulbaOptions' default.
   env = compose.section_defaults(registry.environments, "envpool", "env")
   assert env.task_id is None and "num_envs" not in env and "seed" not in env
+  with pytest.raises(ConfigError, match="environment 'envpool' needs `env.task_id`"):
+    registry.build(registry.environments, env, key="env", num_envs=1, seed=0)
   env.task_id = "CartPole-v1"  # A typed placeholder: the command line can set it.
 
 
@@ -117,3 +119,21 @@ def test_the_log_section_takes_only_the_keys_the_logger_reads():
   with pytest.raises(ConfigError, match="`log.colour` are not read; the `log` section "
                      "takes: progress_metrics"):
     builder._log_options(config)
+
+
+def test_a_component_parameter_with_a_default_makes_its_section_optional(capsys):
+  from ml_collections import config_dict
+  from podracer.builder import build_agent
+
+  @registry.agents.register("test_optional_loss")
+  class OptionalLoss:
+    def __init__(self, spec, loss=None):
+      self.loss = loss
+
+  try:
+    config = config_dict.ConfigDict(dict(agent=dict(name="test_optional_loss")))
+    assert build_agent(config, spec=None, total_updates=1).loss is None
+    assert ("Warning: no `loss` section; agent 'test_optional_loss' uses its default loss."
+            in capsys.readouterr().err)
+  finally:
+    registry.agents.unregister("test_optional_loss")

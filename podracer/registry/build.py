@@ -35,19 +35,18 @@ def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, what
     params = inspect.signature(factory).parameters
   except (TypeError, ValueError):
     return
-  if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-    return
   accepted = [n for n, p in params.items()
               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
   unknown = sorted(set(kwargs) - set(accepted))
-  if unknown:
+  if unknown and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
     configurable = [n for n in accepted if n not in set(injected) | set(BUILDER_ARGS)]
     raise ConfigError(
         f"Config key(s) {', '.join(f'`{key}.{u}`' for u in unknown)} are not parameters of "
         f"{what}; it accepts: {', '.join(configurable) or 'nothing'}.")
   missing = [n for n, p in params.items()
              if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-             and kwargs.get(n) is None]  # None: a placeholder left unset
+             and (n not in kwargs or kwargs[n] is None and n not in injected)]
+  # (A None the config gives is a placeholder left unset, e.g. after a section swap.)
   if missing:
     raise ConfigError(
         f"{what} needs {', '.join(f'`{key}.{m}`' for m in missing)} in the config.")
