@@ -12,7 +12,8 @@ registered component and giving its keyword arguments:
 The agent's constructor says which components it needs (its `network`, `loss`,
 `optimizer`, `replay` parameters, or roles of the first three such as `actor_network`,
 `critic_optimizer`); only those sections are built, each from the section of the same
-name.
+name. A top-level key that neither the agent nor the run uses is refused
+(podracer/compose.py says which keys are used, and how a new run key is declared).
 """
 
 from __future__ import annotations
@@ -21,21 +22,11 @@ import inspect
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO
 
-from podracer import checkpoint, contracts, guards, registry
+from podracer import checkpoint, compose, contracts, guards, registry
 from podracer.errors import ConfigError
-from podracer.metrics import MetricsLogger
+from podracer.metrics import LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
 
-# The optional components an agent may ask for by naming a constructor parameter: the
-# kind itself (`optimizer`) or a role of it (`critic_optimizer`), built from the config
-# section of the same name.
-AGENT_COMPONENTS = {
-    "network": registry.networks,
-    "loss": registry.losses,
-    "optimizer": registry.optimizers,
-    "replay": registry.replay,
-}
-ROLE_KINDS = ("network", "loss", "optimizer")
 REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
 
 
@@ -63,7 +54,8 @@ class Experiment:
     self.logger = logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
                                          total_env_steps=self.plan.total_env_steps,
                                          stop_at_return=self.config.get("stop_at_return"),
-                                         resume_records=resumed)
+                                         resume_records=resumed,
+                                         **_log_options(self.config))
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     try:
       if checkpointer:
@@ -95,6 +87,16 @@ class EnvironmentFactory:
     return registry.build(registry.environments, self.section, key="env", **runtime_kwargs)
 
 
+def _log_options(config: Any) -> Dict[str, Any]:
+  """The `log` section's keys (metrics.LOG_KEYS) as MetricsLogger arguments."""
+  log = config.get("log") or {}
+  unknown = sorted(set(log) - set(LOG_KEYS))
+  if unknown:
+    raise ConfigError(f"Config key(s) {', '.join(f'`log.{k}`' for k in unknown)} are not "
+                      f"read; the `log` section takes: {', '.join(LOG_KEYS)}.")
+  return {k: v for k, v in dict(log).items() if v is not None}
+
+
 def _title(config: Any) -> str:
   return f"{config.agent.name} on {config.env.name} ({config.runtime.name}, seed {config.seed})"
 
@@ -114,17 +116,13 @@ def _check_required(config: Any) -> None:
     raise ConfigError(f"Config key `stop_at_return` must be a number, got {target!r}.")
 
 
-def agent_components(params: Any) -> Dict[str, Any]:
-  """{constructor parameter: registry} for the components an agent's signature names."""
-  found = {}
-  for param in params:
-    if param in AGENT_COMPONENTS:
-      found[param] = AGENT_COMPONENTS[param]
-    else:
-      kind = param.rsplit("_", 1)[-1]
-      if kind in ROLE_KINDS and param != kind:
-        found[param] = AGENT_COMPONENTS[kind]
-  return found
+def _declares(reg: Any, section: Any, parameter: str) -> bool:
+  """Whether the component a section names takes `parameter`."""
+  try:
+    component = reg.get(section.get("name"), key=f"{reg.kind}.name")
+    return parameter in inspect.signature(component).parameters
+  except (AttributeError, TypeError, ValueError):
+    return False  # registry.build reports a malformed section.
 
 
 def _optimizer_steps(factory: Any, agent_kwargs: Dict[str, Any], param: str,
@@ -142,8 +140,12 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
   factory = registry.agents.get(agent_kwargs.pop("name", None), key="agent.name")
   params = inspect.signature(factory).parameters
   injected: Dict[str, Any] = {"spec": spec}
-  for name, reg in agent_components(params).items():
+  for name, reg in compose.agent_sections(params).items():
     if name not in config:
+      if params[name].default is not params[name].empty:  # Optional: the agent's default.
+        sys.stderr.write(f"Warning: no `{name}` section; agent '{config.agent.name}' uses "
+                         f"its default {name}.\n")
+        continue
       raise ConfigError(f"Agent '{config.agent.name}' needs a `{name}` section in the "
                         f"config (`{name}.name` is one of: {', '.join(reg.names())}).")
     extra: Dict[str, Any] = {}
@@ -151,6 +153,10 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
       extra["spec"] = spec
     if reg is registry.optimizers:
       extra["total_steps"] = _optimizer_steps(factory, agent_kwargs, name, total_updates)
+    elif reg is registry.losses and _declares(reg, config[name], "total_steps"):
+      # A loss with a schedule: the gradient steps of the optimizer of its role.
+      extra["total_steps"] = _optimizer_steps(
+          factory, agent_kwargs, name[:-len("loss")] + "optimizer", total_updates)
     injected[name] = registry.build(reg, config[name], key=name, **extra)
   agent_section = dict(config.agent)
   agent = registry.build(registry.agents, agent_section, key="agent", **injected)
@@ -168,6 +174,9 @@ def build(config: Any, agent: Any = None) -> Experiment:
   """
   register_builtin_components()
   _check_required(config)
+  if agent is None:
+    compose.check_used(config)
+  _log_options(config)
   topology = registry.build(registry.topologies, config.topology, key="topology")
   runtime_cls = registry.runtimes.get(_name(config.runtime, "runtime"), key="runtime.name")
   options = registry.build(registry.runtimes, config.runtime, key="runtime",

@@ -16,6 +16,8 @@ from typing import Callable, Dict, Optional
 
 from ml_collections import config_dict
 
+from podracer.metrics import PROGRESS_METRICS
+
 
 def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   """The header every config has: seed, step budget, optional target return, what a
@@ -27,6 +29,8 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   c.nan_policy = "stop"  # Or "skip_update".
   c.checkpoint_interval = 600.0  # Seconds between checkpoints (Anakin; also at the end).
   c.checkpoints_to_keep = 3
+  # Which learner metrics the progress line shows (any a loss returns; metrics.jsonl has all).
+  c.log = config_dict.ConfigDict(dict(progress_metrics=PROGRESS_METRICS))
   return c
 
 

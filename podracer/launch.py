@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 
@@ -25,7 +26,7 @@ import textwrap
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags, logging
-from ml_collections import config_flags
+from ml_collections import config_dict, config_flags
 
 from podracer import preemption, validation
 from podracer.errors import ConfigError, NonFiniteError, ThreadFailure
@@ -133,11 +134,55 @@ def _prepare_config_file(path):
     sys.path.insert(0, folder)
 
 
+class _ComposingParser(flags.ArgumentParser):
+  """ml_collections' config-file parser, then `--config.SECTION=NAME` choices applied to
+  the loaded config before absl applies the key overrides (podracer/compose.py)."""
+
+  def __init__(self, inner):
+    self.inner, self.choices, self.config = inner, {}, None
+
+  def parse(self, argument):
+    config = self.inner.parse(argument)
+    if isinstance(config, config_dict.ConfigDict):  # Not ml_collections' error stand-in.
+      self.config = config
+      from podracer import compose  # pylint: disable=import-outside-toplevel
+      with config.unlocked():
+        compose.choose(config, self.choices)
+    return config
+
+  def flag_type(self):
+    return self.inner.flag_type()
+
+
+_CONFIG_PARSER = _ComposingParser(flags.FLAGS["config"].parser)
+flags.FLAGS["config"].parser = _CONFIG_PARSER
+
+
+def _section_choices(argv):
+  """Splits `--config.SECTION=NAME` (a section key, a bare component name) off argv.
+
+  ml_collections would parse NAME as a whole ConfigDict; the choices are applied by
+  _ComposingParser instead, before any key override.
+  """
+  from podracer import compose  # pylint: disable=import-outside-toplevel
+  choices, rest = {}, []
+  for arg in argv:
+    match = re.fullmatch(r"--config\.(\w+)=(\w+)", arg)
+    if match and compose.section_registry(match.group(1)) is not None:
+      choices[match.group(1)] = match.group(2)
+    else:
+      rest.append(arg)
+  return choices, rest
+
+
 def _parse_flags(argv):
   """absl's parser, with bad overrides reported as one paragraph instead of a traceback."""
   path = _config_path(argv)
   if path and os.path.isfile(path):  # A missing file is reported by main.
     _prepare_config_file(path)
+  _CONFIG_PARSER.choices, argv = _section_choices(argv)
+  # ml_collections finds the overrides to define in sys.argv itself.
+  sys.argv[:] = argv
   try:
     return flags.FLAGS(argv)
   except ImportError as e:  # absl lets these through; only the config file imports here.
@@ -145,6 +190,8 @@ def _parse_flags(argv):
     _fail(f"config file '{path}' could not import {missing} ({type(e).__name__}: {e}). "
           f"Modules in the config file's folder ({os.path.dirname(os.path.abspath(path))}) "
           "are importable; others must be installed or on PYTHONPATH.")
+  except ConfigError as e:  # From a --config.SECTION=NAME choice.
+    _fail(str(e))
   except flags.Error as e:
     message = str(e)
     if "Traceback (most recent call last)" in message:  # A config file raised: keep its error.
@@ -153,8 +200,24 @@ def _parse_flags(argv):
     _fail(message)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     bad = [a for a in argv[1:] if a.startswith("--config.")]
-    _fail(f"could not apply {' '.join(bad) or 'the command line'}: {e}. Overrides must "
-          "name an existing config key, as --config.KEY=VALUE.")
+    _fail(_override_error(bad, e))
+
+
+def _override_error(overrides, error):
+  """One plain-text sentence for an override ml_collections could not apply."""
+  from podracer import compose  # pylint: disable=import-outside-toplevel
+  config = _CONFIG_PARSER.config
+  for arg in overrides:
+    path = arg[len("--config."):].split("=", 1)[0]
+    why = config is not None and compose.unknown_key_message(config, path)
+    if why:
+      return f"could not apply {arg}: {why}"
+  while error.args and isinstance(error.args[0], BaseException):  # KeyError in AttributeError
+    error = error.args[0]
+  text = str(error.args[0]) if error.args else str(error)
+  return (f"could not apply {' '.join(overrides) or 'the command line'}: "
+          f"{' '.join(text.split())}. Overrides must name an existing config key, as "
+          "--config.KEY=VALUE.")
 
 
 def main(argv):

@@ -10,18 +10,41 @@ several losses and optimizers (actor and critic, as in D4PG or SAC) is just a li
 With one objective (`owns=None`), `nets` are the network's parameters and the optimizer
 owns all of them. With several, `nets` is a dict and each objective owns some of its
 top-level keys; keys no objective owns (target networks) are the agent's to update.
+
+Training progress: the optimizer state counts gradient steps (`opt_state[STEP]`), and
+while `gradient_step` calls the losses, `step()` returns that count, so any loss, or a
+component a loss calls, can follow a schedule without the agent passing anything on. A
+loss component that declares a `total_steps` parameter gets the run's gradient steps from
+the builder (as optimizers do); `step() / total_steps` is the fraction of training done.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from podracer.types import PyTree, replica_mean
 
 Metrics = Dict[str, jax.Array]
+
+# The optimizer-state key counting gradient steps; no objective may take this name.
+STEP = "gradient_steps"
+
+_bound = threading.local()  # The count `step()` returns while gradient_step runs.
+
+
+def step() -> jax.Array:
+  """Gradient steps taken before this one (an int32 scalar), inside a loss that
+  `gradient_step` calls: schedules (entropy, clipping, exploration) read it."""
+  current = getattr(_bound, "step", None)
+  if current is None:
+    raise RuntimeError("podracer.learning.step() is only defined while gradient_step calls "
+                       "the losses (with an optimizer state from init_opt_state).")
+  return current
 
 
 class Objective(NamedTuple):
@@ -56,9 +79,10 @@ def _with_owned(objective: Objective, nets: PyTree, owned: PyTree) -> PyTree:
 def init_opt_state(objectives: Sequence[Objective], nets: PyTree) -> Dict[str, PyTree]:
   """{objective.name: its optimizer's state for the parameters it owns}."""
   names = [o.name for o in objectives]
-  if len(set(names)) != len(names):
-    raise ValueError(f"Objective names must be unique, got {names}.")
-  return {o.name: o.optimizer.init(_owned(o, nets)) for o in objectives}
+  if len(set(names)) != len(names) or STEP in names:
+    raise ValueError(f"Objective names must be unique and not '{STEP}', got {names}.")
+  return {STEP: jnp.zeros((), jnp.int32),
+          **{o.name: o.optimizer.init(_owned(o, nets)) for o in objectives}}
 
 
 def gradient_step(objectives: Sequence[Objective], nets: PyTree, opt_state: Dict[str, PyTree],
@@ -81,21 +105,32 @@ def gradient_step(objectives: Sequence[Objective], nets: PyTree, opt_state: Dict
         jax.random.split(key, len(objectives)))
   opt_state = dict(opt_state)
   metrics: Metrics = {}
-  for objective, objective_key in zip(objectives, keys):
-    params = _owned(objective, nets)
-
-    def loss_of_owned(owned, objective=objective, objective_key=objective_key):
-      return objective.loss(_with_owned(objective, nets, owned), batch, objective_key)
-
-    (loss, objective_metrics), grads = jax.value_and_grad(loss_of_owned, has_aux=True)(
-        params)
-    grads = replica_mean(grads)
-    updates, opt_state[objective.name] = objective.optimizer.update(
-        grads, opt_state[objective.name], params)
-    nets = _with_owned(objective, nets, optax.apply_updates(params, updates))
-    objective_metrics = dict(objective_metrics, loss=loss)
-    if len(objectives) == 1:
-      metrics.update(objective_metrics)
-    else:
-      metrics.update({f"{objective.name}_{k}": v for k, v in objective_metrics.items()})
+  _bound.step = opt_state.get(STEP)
+  try:
+    for objective, objective_key in zip(objectives, keys):
+      nets = _apply(objective, nets, opt_state, batch, objective_key, metrics,
+                    several=len(objectives) > 1)
+  finally:
+    _bound.step = None
+  if STEP in opt_state:
+    opt_state[STEP] = opt_state[STEP] + 1
   return nets, opt_state, metrics
+
+
+def _apply(objective: Objective, nets: PyTree, opt_state: Dict[str, PyTree], batch: PyTree,
+           objective_key: Optional[jax.Array], metrics: Metrics, several: bool) -> PyTree:
+  """One objective's optimizer step: updates `opt_state` and `metrics`, returns the nets."""
+  params = _owned(objective, nets)
+
+  def loss_of_owned(owned):
+    return objective.loss(_with_owned(objective, nets, owned), batch, objective_key)
+
+  (loss, objective_metrics), grads = jax.value_and_grad(loss_of_owned, has_aux=True)(params)
+  grads = replica_mean(grads)
+  updates, opt_state[objective.name] = objective.optimizer.update(
+      grads, opt_state[objective.name], params)
+  objective_metrics = dict(objective_metrics, loss=loss)
+  if several:
+    objective_metrics = {f"{objective.name}_{k}": v for k, v in objective_metrics.items()}
+  metrics.update(objective_metrics)
+  return _with_owned(objective, nets, optax.apply_updates(params, updates))

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, TextIO, Tuple
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
@@ -19,10 +19,18 @@ METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "learning_curve.png"
 
 
+# The learner metrics the progress line shows by default, when a record has them. A
+# config's `log.progress_metrics` picks others: any metric a loss returns, by name.
+PROGRESS_METRICS = ("loss", "policy_loss", "value_loss", "entropy", "policy_lag")
+# Keys of a config's `log` section (read here; declared in podracer/compose.py RUN_KEYS).
+LOG_KEYS = ("progress_metrics",)
+
+
 class MetricsLogger:
   """Writes one JSON object per log step and prints a progress line.
 
-  Records need `env_steps`; `sps` and `episode_return` are shown when present. Lines
+  Records need `env_steps`; `sps` and `episode_return` are shown when present, and then
+  each of `progress_metrics` the record has. Lines
   are printed at most every `print_interval` seconds (every record is still written).
   With `stop_at_return`, `target_reached` turns true once a record's mean episode return
   reaches it; runtimes check it after each record and stop early.
@@ -31,8 +39,10 @@ class MetricsLogger:
   def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
                print_interval: float = 1.0, total_env_steps: Optional[int] = None,
                stop_at_return: Optional[float] = None,
-               resume_records: Optional[int] = None):
+               resume_records: Optional[int] = None,
+               progress_metrics: Sequence[str] = PROGRESS_METRICS):
     self.workdir = workdir
+    self.progress_metrics = tuple(progress_metrics)
     self.stream = stream
     self.print_interval = print_interval
     self.total_env_steps = total_env_steps
@@ -85,7 +95,7 @@ class MetricsLogger:
                    (" (incl. compile)" if record.get("includes_compilation") else ""))
     if "episode_return" in record:
       parts.append(f"return {record['episode_return']:.3f}")
-    for key in ("loss", "policy_loss", "value_loss", "entropy", "policy_lag"):
+    for key in self.progress_metrics:
       if key in record:
         parts.append(f"{key} {record[key]:.3g}")
     return " | ".join(parts)

@@ -77,7 +77,8 @@ class Runtime(abc.ABC):
 
   @classmethod
   def environment_spec(cls, env_factory: Callable[..., Any], seed: int) -> EnvSpec:
-    """The spec of one environment, built to read it; ConfigError for the other kind.
+    """The spec of one environment, built to read it and check its contract
+    (podracer/contracts.py); ConfigError for the other kind or a broken contract.
 
     A registered environment declares its kind, so it is refused before it is built
     (with arguments it may not take); a plain factory function is checked once built.
@@ -89,14 +90,17 @@ class Runtime(abc.ABC):
     built = getattr(env, "kind", "jax")
     if built != cls.environment_kind:
       raise cls.refuse(built, type(env).__name__)
-    if built == "jax":  # Host environments are checked on their first reset.
-      from podracer.contracts import check_environment  # Imports JAX.
-      name = getattr(getattr(env_factory, "section", None), "name", type(env).__name__)
-      check_environment(env, f"environment '{name}'")
-    spec = env.spec()
-    if hasattr(env, "close"):
-      env.close()
-    return spec
+    from podracer import contracts  # Imports JAX.
+    name = getattr(getattr(env_factory, "section", None), "name", type(env).__name__)
+    try:
+      if built == "jax":
+        contracts.check_environment(env, f"environment '{name}'")
+      else:  # A host environment is checked on a real first reset, here before any thread.
+        contracts.check_host_timestep(env, env.reset()[0], f"environment '{name}'")
+      return env.spec()
+    finally:
+      if hasattr(env, "close"):
+        env.close()
 
   @classmethod
   def refuse(cls, kind: str, what: str) -> ConfigError:

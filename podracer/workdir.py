@@ -49,7 +49,7 @@ def previous_records(workdir: str) -> int:
 
 
 # What may change between a run and its resumption.
-RESUMABLE_CHANGES = ("total_env_steps",)
+RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics")  # Budget; display.
 
 
 def prepare(workdir: Optional[str], fresh: bool = False,

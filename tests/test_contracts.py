@@ -136,3 +136,47 @@ def test_host_environment_first_reset_is_checked_against_its_spec():
   with pytest.raises(ConfigError, match=r"environment Host: reset returns `observation` of "
                      r"shape \[3, 5\] and dtype float32, but spec\(\) gives shape \[3, 4\]"):
     check_host_timestep(env, env.reset()[0])
+
+
+HOST_CONFIG = textwrap.dedent("""
+    import numpy as np
+    from agents.ppo.config import cartpole_sebulba
+    from podracer import registry
+    from podracer.components.environments.host import HostEnvironment, host_timestep
+    from podracer.types import ArraySpec, DiscreteSpec, EnvSpec
+
+    @registry.environments.register("wrong_reset")
+    class WrongReset(HostEnvironment):
+      def __init__(self, num_envs, seed=0, obs_size=5):
+        super().__init__(num_envs, seed)
+        self.obs_size = obs_size
+
+      def spec(self):
+        return EnvSpec(ArraySpec((4,), np.float32), DiscreteSpec(2))
+
+      def reset(self):
+        zeros = np.zeros(self.num_envs)
+        return host_timestep(zeros, zeros, zeros + 1,
+                             np.zeros((self.num_envs, self.obs_size), np.float32)), None
+
+      def step(self, action):
+        return self.reset()
+
+    def get_config():
+      config = cartpole_sebulba()
+      config.env = dict(name="wrong_reset", obs_size=5)
+      return config
+""")
+
+
+def test_host_environment_contract_fails_at_build_time_with_exit_2(tmp_path):
+  """Checked on the environment the builder makes for the spec, before any thread."""
+  config = tmp_path / "host.py"
+  config.write_text(HOST_CONFIG)
+  result = launch(f"--config={config}", f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 2, result.stderr
+  message = " ".join(result.stderr.split())
+  assert ("environment 'wrong_reset': reset returns `observation` of shape [1, 5] and "
+          "dtype float32, but spec() gives shape [1, 4]") in message, message
+  assert "Traceback" not in result.stderr + result.stdout
+  assert not (tmp_path / "run" / "metrics.jsonl").exists()

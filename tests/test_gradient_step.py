@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from podracer.learning import Objective, gradient_step, init_opt_state
+from podracer.learning import STEP, Objective, gradient_step, init_opt_state
 from podracer.types import REPLICA_AXIS
 
 LR_A, LR_B = 0.1, 0.5
@@ -50,7 +50,7 @@ def test_each_optimizer_updates_only_what_it_owns_with_replica_mean_gradients():
   assert len(devices) == 2, "tests/conftest.py sets 8 virtual CPU devices"
   opt_state = init_opt_state(OBJECTIVES, NETS)
   # Each optimizer's state covers only its own parameters (momentum trace of `b` only).
-  assert set(opt_state) == {"first", "second"}
+  assert set(opt_state) == {"first", "second", STEP}
   traces = lambda state: [x for x in jax.tree.leaves(state) if np.shape(x) == (2,)]
   assert len(traces(opt_state["second"])) == 1 and not traces(opt_state["first"])
 
@@ -70,7 +70,7 @@ def test_each_optimizer_updates_only_what_it_owns_with_replica_mean_gradients():
   own = gradient_step_without_mean(BATCHES[0])
   assert not np.allclose(own["a"], expected["a"])
   assert set(metrics) == {"first_loss", "first_mean_a", "second_loss", "second_mean_b"}
-  assert set(new_opt) == {"first", "second"}
+  assert set(new_opt) == {"first", "second", STEP}
 
 
 def gradient_step_without_mean(batch):
@@ -103,7 +103,7 @@ def test_one_objective_owns_all_nets_and_reports_unprefixed_metrics():
       jax.tree.map(lambda x: x[None], nets))
   np.testing.assert_allclose(new["w"][0], [0.5, 1.0])  # w - 0.25 * 2w
   assert set(metrics) == {"loss", "err"} and float(metrics["loss"][0]) == 5.0
-  assert set(opt) == {"main"}
+  assert set(opt) == {"main", STEP}
 
 
 def test_owning_a_missing_key_or_duplicate_names_are_errors():
@@ -111,3 +111,25 @@ def test_owning_a_missing_key_or_duplicate_names_are_errors():
     init_opt_state(OBJECTIVES[:1], dict(b=jnp.zeros(2)))
   with pytest.raises(ValueError, match="unique"):
     init_opt_state([OBJECTIVES[0], OBJECTIVES[0]], NETS)
+
+
+def test_losses_see_the_gradient_steps_taken_so_far():
+  """learning.step() inside a loss: 0, 1, 2, ... over successive gradient steps."""
+  from podracer import learning
+
+  def loss(nets, batch, key):
+    del batch, key
+    return jnp.sum(nets["a"]), dict(step=learning.step())
+
+  objectives = [Objective("main", loss, optax.sgd(0.1))]
+  nets = dict(a=jnp.ones(2))
+  run = jax.jit(lambda n, o: gradient_step(objectives, n, o, None, None)[1:])
+  opt, seen = init_opt_state(objectives, nets), []
+  for _ in range(3):
+    opt, metrics = jax.vmap(run, axis_name=REPLICA_AXIS)(
+        *jax.tree.map(lambda x: x[None], (nets, opt)))
+    opt = jax.tree.map(lambda x: x[0], opt)
+    seen.append(int(metrics["step"][0]))
+  assert seen == [0, 1, 2] and int(opt[STEP]) == 3
+  with pytest.raises(RuntimeError, match="only defined while gradient_step"):
+    learning.step()

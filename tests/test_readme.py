@@ -30,3 +30,12 @@ def test_readme_commands_exist():
   for script in ("scripts/train.sh", "scripts/test.sh", "scripts/setup_env.sh",
                  "benchmarks/anakin.py", "benchmarks/sebulba.py"):
     assert script in README and (ROOT / script).exists(), script
+
+
+def test_writing_components_excerpts_are_the_tested_file():
+  example = (ROOT / "examples" / "writing_components.py").read_text()
+  section = README.split("## Writing components", 1)[1].split("\n## ", 1)[0]
+  blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+  assert len(blocks) == 7  # Six kinds and the config.
+  for block in blocks:
+    assert block.strip() in example, block[:80]

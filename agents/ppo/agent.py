@@ -17,7 +17,7 @@ import optax
 from podracer import registry
 from podracer.agent import Agent
 from podracer.components.losses import (PolicyGradientBatch, categorical_log_prob,
-                                        generalized_advantages, transition_mask)
+                                        policy_gradient_batch)
 from podracer.contracts import actor_critic_outputs
 from podracer.learning import Objective, gradient_step
 from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
@@ -56,7 +56,7 @@ class PPO(Agent):
     return trajectory
 
   def update(self, nets, opt, experience: Trajectory, key):
-    batch = self._batch(experience)
+    batch = policy_gradient_batch(experience, self.discount, self.gae_lambda)
     num_transitions = batch.mask.shape[0]
     if num_transitions % self.num_minibatches:
       raise ValueError(f"{num_transitions} transitions per replica do not split into "
@@ -82,18 +82,3 @@ class PPO(Agent):
     del key
     out = self.network.apply(nets, minibatch.observation)
     return self.loss(out.logits, out.value, minibatch)
-
-  def _batch(self, trajectory: Trajectory) -> PolicyGradientBatch:
-    """Flattens a [T+1, B] trajectory into the [T*B] transitions the loss sees."""
-    values = trajectory.extras["value"]
-    advantages, targets = generalized_advantages(
-        trajectory.timestep, values, discount=self.discount, gae_lambda=self.gae_lambda)
-    head = lambda x: x[:-1].reshape(-1, *x.shape[2:])
-    return PolicyGradientBatch(
-        observation=jax.tree.map(head, trajectory.timestep.observation),
-        action=head(trajectory.action),
-        behaviour_log_prob=head(trajectory.extras["log_prob"]),
-        behaviour_value=head(values),
-        advantage=advantages.reshape(-1),
-        value_target=jax.lax.stop_gradient(targets).reshape(-1),
-        mask=transition_mask(trajectory.timestep).reshape(-1))

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from podracer.errors import ConfigError
+
+
+# Arguments the builder or runtime passes a component (the environment's spec, the
+# optimizer's step count, a host environment's batch size and seed): never config keys,
+# so never listed among the keys a section accepts.
+BUILDER_ARGS = ("spec", "total_steps", "num_envs", "seed")
 
 
 def _as_dict(section: Any, key: str) -> dict:
@@ -20,24 +26,27 @@ def _as_dict(section: Any, key: str) -> dict:
 
 
 def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, what: str,
-                 key: str) -> None:
-  """Raises ConfigError naming `key.<arg>` if `factory` does not accept `kwargs`."""
+                 key: str, injected: Iterable[str] = ()) -> None:
+  """Raises ConfigError naming `key.<arg>` if `factory` does not accept `kwargs`.
+
+  `injected` are the arguments the builder set, left out of the accepted keys listed.
+  """
   try:
     params = inspect.signature(factory).parameters
   except (TypeError, ValueError):
     return
-  if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-    return
   accepted = [n for n, p in params.items()
               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
   unknown = sorted(set(kwargs) - set(accepted))
-  if unknown:
+  if unknown and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+    configurable = [n for n in accepted if n not in set(injected) | set(BUILDER_ARGS)]
     raise ConfigError(
         f"Config key(s) {', '.join(f'`{key}.{u}`' for u in unknown)} are not parameters of "
-        f"{what}; it accepts: {', '.join(accepted) or 'nothing'}.")
+        f"{what}; it accepts: {', '.join(configurable) or 'nothing'}.")
   missing = [n for n, p in params.items()
              if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-             and n not in kwargs]
+             and (n not in kwargs or kwargs[n] is None and n not in injected)]
+  # (A None the config gives is a placeholder left unset, e.g. after a section swap.)
   if missing:
     raise ConfigError(
         f"{what} needs {', '.join(f'`{key}.{m}`' for m in missing)} in the config.")
@@ -63,7 +72,8 @@ def build(registry, section: Any, *, key: str, factory: Any = None,
     raise ConfigError(f"Config key(s) {', '.join(f'`{key}.{c}`' for c in clash)} are set "
                       f"by the builder and cannot be configured.")
   kwargs.update(injected)
-  check_kwargs(factory, kwargs, what=f"{registry.kind} '{name}'", key=key)
+  check_kwargs(factory, kwargs, what=f"{registry.kind} '{name}'", key=key,
+               injected=injected)
   try:
     return factory(**kwargs)
   except (TypeError, ValueError) as e:

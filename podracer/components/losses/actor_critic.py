@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import rlax
 
 from podracer import registry
-from podracer.types import StepType, TimeStep
+from podracer.types import StepType, TimeStep, Trajectory
 
 
 class PolicyGradientBatch(NamedTuple):
@@ -51,6 +51,25 @@ def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: f
                  in_axes=(1, 1, 1, 1), out_axes=1)
   advantages = gae(reward_t, discount_t, lambda_t, values) * mask
   return advantages, advantages + values[:-1]
+
+
+def policy_gradient_batch(trajectory: Trajectory, discount: float,
+                          gae_lambda: float) -> PolicyGradientBatch:
+  """Flattens a [T+1, B] trajectory into the [T*B] transitions an actor-critic loss sees:
+  GAE(lambda) advantages and value targets from the acting values (`extras["value"]`),
+  and the acting log-probabilities (`extras["log_prob"]`)."""
+  values = trajectory.extras["value"]
+  advantages, targets = generalized_advantages(
+      trajectory.timestep, values, discount=discount, gae_lambda=gae_lambda)
+  head = lambda x: x[:-1].reshape(-1, *x.shape[2:])
+  return PolicyGradientBatch(
+      observation=jax.tree.map(head, trajectory.timestep.observation),
+      action=head(trajectory.action),
+      behaviour_log_prob=head(trajectory.extras["log_prob"]),
+      behaviour_value=head(values),
+      advantage=advantages.reshape(-1),
+      value_target=jax.lax.stop_gradient(targets).reshape(-1),
+      mask=transition_mask(trajectory.timestep).reshape(-1))
 
 
 def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:

@@ -1,0 +1,185 @@
+"""Which config keys a run uses, and swapping a whole component section.
+
+A config's top-level keys are of two sorts, and every key must be used by someone:
+
+- **Sections**, each naming a registered component (`name`) and its arguments: `env`,
+  `agent`, `runtime` and `topology` in every run, plus the ones the agent's constructor
+  names (`network`, `loss`, `optimizer`, `replay`, or roles such as `critic_optimizer`;
+  see podracer/builder.py). A section the agent does not take is an error that lists
+  the sections it does take.
+- **Run keys**, read by the launcher, builder or runtime rather than a component. They
+  are declared in `RUN_KEYS`, below, and nowhere else: a module that reads a new
+  top-level key adds it there (with the module that reads it), or every config that
+  sets it is refused.
+
+`--config.SECTION=NAME` (e.g. `--config.optimizer=rmsprop`) replaces a whole section
+with NAME's defaults: its registered `default_config()` if it has one, else the
+defaults in its signature (a runtime's: its `Options`). Arguments the builder sets
+(`BUILDER_ARGS`) are left out. Key overrides apply after the swap, whatever their order:
+`--config.optimizer=rmsprop --config.optimizer.decay=0.9`.
+
+Imports no JAX: the launcher uses it while parsing flags.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Dict, List, Mapping, Optional
+
+from ml_collections import config_dict
+
+from podracer import registry
+from podracer.errors import ConfigError
+from podracer.registry.build import BUILDER_ARGS
+
+# Top-level keys that are not component sections: {key: the module that reads it}.
+# Add a key here when you make a module read it (the lead merges new ones here).
+RUN_KEYS = {
+    "seed": "podracer/builder.py",
+    "total_env_steps": "podracer/builder.py",
+    "stop_at_return": "podracer/metrics.py",
+    "nan_policy": "podracer/guards.py",
+    "checkpoint_interval": "podracer/checkpoint.py",
+    "checkpoints_to_keep": "podracer/checkpoint.py",
+    "log": "podracer/metrics.py",  # log.progress_metrics
+}
+
+# Sections every run builds, and the registry each names a component of.
+RUN_SECTIONS = {"env": "environments", "agent": "agents", "runtime": "runtimes",
+                "topology": "topologies"}
+# Sections an agent asks for by naming a constructor parameter: the kind itself
+# (`optimizer`) or a role of the first three (`critic_optimizer`).
+AGENT_SECTIONS = {"network": "networks", "loss": "losses", "optimizer": "optimizers",
+                  "replay": "replay"}
+ROLE_KINDS = ("network", "loss", "optimizer")
+
+
+def section_registry(key: str) -> Optional[registry.Registry]:
+  """The registry a top-level section `key` names a component of; None for other keys."""
+  kinds = {**RUN_SECTIONS, **AGENT_SECTIONS}
+  if key in kinds:
+    return registry.ALL[kinds[key]]
+  kind = key.rsplit("_", 1)[-1]
+  if kind in ROLE_KINDS and key != kind:
+    return registry.ALL[AGENT_SECTIONS[kind]]
+  return None
+
+
+def agent_sections(params: Mapping[str, Any]) -> Dict[str, registry.Registry]:
+  """{constructor parameter: registry} for the components an agent's signature names."""
+  return {p: section_registry(p) for p in params
+          if p not in RUN_SECTIONS and section_registry(p) is not None}
+
+
+def used_sections(config: Any) -> List[str]:
+  """The sections the config's agent and runtime use, in the order a reader expects."""
+  agent = registry.agents.get(config.agent.name, key="agent.name")
+  return [*RUN_SECTIONS, *agent_sections(inspect.signature(agent).parameters)]
+
+
+def sections_message(config: Any) -> str:
+  try:
+    used = used_sections(config)
+  except (AttributeError, KeyError, ConfigError):  # No agent to ask.
+    return f"the run keys are {', '.join(RUN_KEYS)}."
+  return (f"agent '{config.agent.name}' uses the sections {', '.join(used)}; the other "
+          f"top-level keys are {', '.join(RUN_KEYS)} (podracer/compose.py RUN_KEYS).")
+
+
+def check_used(config: Any) -> None:
+  """Raises ConfigError for a top-level key that neither the agent nor the run reads."""
+  used = used_sections(config)
+  for key in config.keys():
+    if key in used or key in RUN_KEYS:
+      continue
+    if section_registry(key) is not None:
+      raise ConfigError(f"Config section `{key}` is not used: agent "
+                        f"'{config.agent.name}' takes no {key} component. Remove the "
+                        f"section; {sections_message(config)}")
+    raise ConfigError(f"Config key `{key}` is not read by anything; "
+                      f"{sections_message(config)} A module that reads a new top-level key "
+                      "declares it in RUN_KEYS.")
+
+
+def component_target(reg: registry.Registry, name: str, key: str) -> Any:
+  """What a section's keys are the arguments of: the component, or a runtime's Options."""
+  component = reg.get(name, key=f"{key}.name")
+  return getattr(component, "Options", component) if reg is registry.runtimes else component
+
+
+def accepted_keys(reg: registry.Registry, name: str, key: str) -> List[str]:
+  """The keys a section for component `name` may set (builder-set arguments left out)."""
+  return [k for k in section_defaults(reg, name, key) if k != "name"]
+
+
+def section_defaults(reg: registry.Registry, name: str, key: str) -> config_dict.ConfigDict:
+  """`name` and the component's default arguments, as a config section."""
+  component = reg.get(name, key=f"{key}.name")
+  declared = getattr(component, "default_config", None)
+  if callable(declared):
+    return config_dict.ConfigDict(dict(name=name, **declared()))
+  target = component_target(reg, name, key)
+  try:
+    params = inspect.signature(target).parameters
+  except (TypeError, ValueError):
+    params = {}
+  skip = set(BUILDER_ARGS)
+  if reg is registry.agents:
+    skip |= set(agent_sections(params))
+  section = config_dict.ConfigDict(dict(name=name))
+  for param in params.values():
+    if param.name in skip or param.kind not in (param.POSITIONAL_OR_KEYWORD,
+                                                param.KEYWORD_ONLY):
+      continue
+    if param.default is param.empty or param.default is None:
+      # A typed placeholder, so that --config.KEY.ARG=VALUE can set it.
+      section[param.name] = config_dict.placeholder(_field_type(param.annotation))
+    else:
+      section[param.name] = param.default
+  return section
+
+
+def _field_type(annotation: Any) -> type:
+  """The type to parse command-line values of a parameter with, from its annotation."""
+  text = annotation if isinstance(annotation, str) else repr(annotation)
+  for name, kind in (("Sequence", tuple), ("Tuple", tuple), ("tuple", tuple),
+                     ("float", float), ("bool", bool), ("int", int), ("str", str)):
+    if name in str(text):
+      return kind
+  return object
+
+
+def choose(config: config_dict.ConfigDict, choices: Mapping[str, str]) -> None:
+  """Replaces each section `key` in `choices` with its component's defaults."""
+  for key, name in choices.items():
+    reg = section_registry(key)
+    if key not in config:
+      raise ConfigError(f"--config.{key}={name} replaces the section `{key}`, which this "
+                        f"config does not have; {sections_message(config)}")
+    config[key] = section_defaults(reg, name, key)
+
+
+def unknown_key_message(config: Any, path: str) -> Optional[str]:
+  """Why --config.PATH=... names no key of `config`; None if it does."""
+  parts = path.split(".")
+  node = config
+  for depth, part in enumerate(parts):
+    if not hasattr(node, "keys") or part not in node:
+      break
+    node = node[part]
+  else:
+    return None
+  if depth == 0:
+    return f"the config has no key `{parts[0]}`; {sections_message(config)}"
+  head = parts[0]
+  reg = section_registry(head)
+  if depth == 1 and reg is not None and "name" in config[head]:
+    name = config[head].name
+    accepted = accepted_keys(reg, name, head)
+    close = difflib.get_close_matches(parts[1], accepted, n=1)
+    hint = f" Did you mean `{head}.{close[0]}`?" if close else ""
+    return (f"{reg.kind} '{name}' (section `{head}`) has no argument `{parts[1]}`.{hint} "
+            f"It accepts: {', '.join(accepted) or 'nothing'}. --config.{head}=NAME "
+            f"swaps in another {reg.kind} with its own defaults.")
+  return f"the config has no key `{'.'.join(parts[:depth + 1])}`."
