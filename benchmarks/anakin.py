@@ -1,13 +1,16 @@
-"""Anakin throughput: PPO on CartPole against the bare environment and acting alone.
+"""Anakin throughput: PPO on CartPole against the bare environment, acting alone, and a
+hand-fused single-file PPO (benchmarks/ppo_reference.py, the ceiling to beat).
 
   python benchmarks/anakin.py [--num_envs=4,16,64,256,1024] [--repeats=5]
 
 For each number of environments (per device) it measures, in one process:
   env:   the bare batched environment step with random actions, in a compiled scan;
   act:   environment plus the agent's policy (no learning), in a compiled scan;
-  ppo:   the full Anakin program (acting, GAE, 4 epochs x 4 minibatches of updates).
-Figures are medians over `repeats` timed calls after a warm-up (compile) call, so the
-ratios ppo/env and act/env show what learning and the framework cost on this machine.
+  ppo:   the full Anakin program (acting, GAE, 4 epochs x 4 minibatches of updates);
+  ref:   the reference PPO, same environment, network and math, jitted by hand.
+Figures are medians over `repeats` timed calls after a warm-up (compile) call; ppo and
+ref calls alternate, so load from other processes hits both alike. ppo/ref is the
+framework's cost (1.0 = none); ppo/env and act/env what learning and acting cost.
 """
 
 from __future__ import annotations
@@ -39,6 +42,19 @@ def _median_sps(fn, state, steps_per_call, repeats):
     state = jax.block_until_ready(fn(state))
     rates.append(steps_per_call / (time.perf_counter() - start))
   return statistics.median(rates)
+
+
+def _paired_median_sps(fns, states, steps_per_call, repeats):
+  """Medians of alternating timed calls of each fn: a noisy machine slows all alike."""
+  import jax
+  states = [jax.block_until_ready(fn(state)) for fn, state in zip(fns, states)]
+  rates = [[] for _ in fns]
+  for _ in range(repeats):
+    for i, fn in enumerate(fns):
+      start = time.perf_counter()
+      states[i] = jax.block_until_ready(fn(states[i]))
+      rates[i].append(steps_per_call / (time.perf_counter() - start))
+  return [statistics.median(r) for r in rates]
 
 
 def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
@@ -90,10 +106,13 @@ def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
   act_fn = jax.pmap(act_only, axis_name=REPLICA_AXIS, devices=device)
   act_sps = _median_sps(act_fn, state, steps_per_call, repeats)
 
-  ppo_fn = lambda s: runtime._step(s)[0]
-  ppo_sps = _median_sps(ppo_fn, state, steps_per_call, repeats)
+  from benchmarks import ppo_reference
+  init_reference, train_reference = ppo_reference.make(num_envs, rollout_length, updates)
+  ppo_sps, ref_sps = _paired_median_sps(
+      [lambda s: runtime._step(s)[0], lambda s: train_reference(s)[0]],
+      [state, init_reference()], steps_per_call, repeats)
   del jnp
-  return env_sps, act_sps, ppo_sps
+  return env_sps, act_sps, ppo_sps, ref_sps
 
 
 def main(argv):
@@ -106,14 +125,15 @@ def main(argv):
   print(f"PPO CartPole Anakin, 1 device, rollout {_ROLLOUT.value}, 4 epochs x 4 "
         f"minibatches, 64x64 tanh MLP; median of {_REPEATS.value} calls")
   header = f"{'envs':>6} {'env steps/s':>14} {'act steps/s':>14} {'ppo steps/s':>14} " \
-           f"{'act/env':>8} {'ppo/env':>8}"
+           f"{'ref steps/s':>14} {'act/env':>8} {'ppo/env':>8} {'ppo/ref':>8}"
   print(header)
   print("-" * len(header))
   for num_envs in map(int, _NUM_ENVS.value):
-    env_sps, act_sps, ppo_sps = measure(num_envs, _ROLLOUT.value, _REPEATS.value,
-                                        _MIN_STEPS.value)
+    env_sps, act_sps, ppo_sps, ref_sps = measure(num_envs, _ROLLOUT.value, _REPEATS.value,
+                                                 _MIN_STEPS.value)
     print(f"{num_envs:>6} {env_sps:>14,.0f} {act_sps:>14,.0f} {ppo_sps:>14,.0f} "
-          f"{act_sps / env_sps:>8.3f} {ppo_sps / env_sps:>8.3f}", flush=True)
+          f"{ref_sps:>14,.0f} {act_sps / env_sps:>8.3f} {ppo_sps / env_sps:>8.3f} "
+          f"{ppo_sps / ref_sps:>8.3f}", flush=True)
 
 
 if __name__ == "__main__":

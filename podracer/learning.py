@@ -134,3 +134,45 @@ def _apply(objective: Objective, nets: PyTree, opt_state: Dict[str, PyTree], bat
     objective_metrics = {f"{objective.name}_{k}": v for k, v in objective_metrics.items()}
   metrics.update(objective_metrics)
   return _with_owned(objective, nets, optax.apply_updates(params, updates))
+
+
+
+def minibatch_epochs(objectives: Sequence[Objective], nets: PyTree, opt_state: Dict[str, PyTree],
+                     batch: PyTree, key: jax.Array, *, num_epochs: int, num_minibatches: int
+                     ) -> Tuple[PyTree, Dict[str, PyTree], Metrics]:
+  """`num_epochs` passes over `batch` ([N, ...] leaves), each in `num_minibatches` shuffled
+  gradient steps (PPO's update); metrics are their means over all the steps.
+
+  The metrics are summed in the loop's carry as one vector rather than stacked per step:
+  on small batches each extra op in the loop body costs as much as the math.
+  """
+  num_examples = jax.tree.leaves(batch)[0].shape[0]
+  if num_examples % num_minibatches:
+    raise ValueError(f"{num_examples} examples do not split into {num_minibatches} "
+                     f"minibatches.")
+  metrics_shape = jax.eval_shape(
+      lambda: gradient_step(objectives, nets, opt_state,
+                            jax.tree.map(lambda x: x[:num_examples // num_minibatches], batch),
+                            None)[2])
+  names = sorted(metrics_shape)
+  if any(metrics_shape[k].shape for k in names):
+    raise ValueError(f"minibatch_epochs averages scalar metrics; the loss returned shapes "
+                     f"{ {k: metrics_shape[k].shape for k in names} }.")
+
+  def minibatch_step(carry, minibatch):
+    nets, opt_state, total = carry
+    nets, opt_state, metrics = gradient_step(objectives, nets, opt_state, minibatch, None)
+    total = total + jax.numpy.stack([metrics[k].astype(total.dtype) for k in names])
+    return (nets, opt_state, total), None
+
+  def epoch(carry, epoch_key):
+    order = jax.random.permutation(epoch_key, num_examples)
+    minibatches = jax.tree.map(
+        lambda x: x[order].reshape(num_minibatches, -1, *x.shape[1:]), batch)
+    return jax.lax.scan(minibatch_step, carry, minibatches)[0], None
+
+  total = jax.numpy.zeros((len(names),), jax.numpy.float32)
+  (nets, opt_state, total), _ = jax.lax.scan(epoch, (nets, opt_state, total),
+                                             jax.random.split(key, num_epochs))
+  total = total / (num_epochs * num_minibatches)
+  return nets, opt_state, {k: total[i] for i, k in enumerate(names)}

@@ -9,7 +9,7 @@ import pytest
 from agents.ppo import PPO
 from agents.ppo.config import cartpole_anakin
 from podracer import builder, registry
-from podracer.components.losses import PPOLoss
+from podracer.components.losses import PPOLoss, policy_gradient_batch
 from podracer.errors import ConfigError, RecompilationError
 from podracer.metrics import MetricsLogger
 from podracer.runtimes.compile_once import compile_once
@@ -85,7 +85,7 @@ def test_ppo_update_averages_gradients_across_replicas():
       replicated, stacked)
 
   def grad_of(trajectory):
-    batch = agent._batch(trajectory)
+    batch = policy_gradient_batch(trajectory, agent.discount, agent.gae_lambda)
     def loss(params):
       out = agent.network.apply(params, batch.observation)
       return agent.loss(out.logits, out.value, batch)[0]

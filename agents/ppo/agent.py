@@ -19,7 +19,7 @@ from podracer.agent import Agent
 from podracer.components.losses import (PolicyGradientBatch, categorical_log_prob,
                                         policy_gradient_batch)
 from podracer.contracts import actor_critic_outputs
-from podracer.learning import Objective, gradient_step
+from podracer.learning import Objective, minibatch_epochs
 from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 
 
@@ -56,26 +56,10 @@ class PPO(Agent):
     return trajectory
 
   def update(self, nets, opt, experience: Trajectory, key):
-    batch = policy_gradient_batch(experience, self.discount, self.gae_lambda)
-    num_transitions = batch.mask.shape[0]
-    if num_transitions % self.num_minibatches:
-      raise ValueError(f"{num_transitions} transitions per replica do not split into "
-                       f"{self.num_minibatches} minibatches.")
-
-    def minibatch_step(carry, minibatch):
-      nets, opt = carry
-      nets, opt, metrics = gradient_step(self.objectives, nets, opt, minibatch, None)
-      return (nets, opt), metrics
-
-    def epoch(carry, epoch_key):
-      order = jax.random.permutation(epoch_key, num_transitions)
-      minibatches = jax.tree.map(
-          lambda x: x[order].reshape(self.num_minibatches, -1, *x.shape[1:]), batch)
-      return jax.lax.scan(minibatch_step, carry, minibatches)
-
-    (nets, opt), metrics = jax.lax.scan(epoch, (nets, opt),
-                                        jax.random.split(key, self.num_epochs))
-    metrics = jax.tree.map(jnp.mean, metrics)
+    nets, opt, metrics = minibatch_epochs(
+        self.objectives, nets, opt,
+        policy_gradient_batch(experience, self.discount, self.gae_lambda), key,
+        num_epochs=self.num_epochs, num_minibatches=self.num_minibatches)
     return nets, opt, experience, metrics
 
   def _loss(self, nets, minibatch: PolicyGradientBatch, key):
