@@ -147,6 +147,10 @@ def test_runtimes_refuse_replays_they_cannot_drive():
   with pytest.raises(ConfigError, match="replay.name=device"):
     builder.build(config)
   config = r2d2_config.catch_anakin()
+  config.replay.name = "host"  # host memory: Anakin's program cannot reach it either
+  with pytest.raises(ConfigError, match="replay.name=device"):
+    builder.build(config)
+  config = r2d2_config.catch_anakin()
   config.replay.address = "localhost:1234"
   with pytest.raises(ConfigError, match="address"):
     builder.build(config)
