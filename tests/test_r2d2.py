@@ -4,6 +4,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import psutil
 import pytest
 import rlax
 
@@ -319,8 +320,15 @@ def test_r2d2_atari_host_replay_at_papers_capacity_runs_20k_env_steps_of_36x36_f
   config.network.update(dict(hidden_sizes=(32,), lstm_size=32, head_hidden_sizes=(32,)))
   config.replay.update(dict(batch_size=8, min_size=64))
   config.runtime.num_envs_per_actor = 16
+  process = psutil.Process()
+  before = process.memory_info().rss
   records, _, runtime = run_in_process(config)
+  grown = process.memory_info().rss - before
   assert sebulba_threads() == []
+  # The whole run (JAX, EnvPool, compiled steps: about 1 GB) grew by less than half the
+  # replay's 5.7 GB capacity: it allocated what it filled.
+  capacity = runtime.replay.max_size * (runtime.replay.chunk_bytes + runtime.replay.key_bytes)
+  assert capacity > 5e9 and grown < capacity / 2, (grown, capacity)
   assert records[-1]["env_steps"] >= 20_000
   assert any(r.get("learning", 0) > 0 for r in records)
   last = records[-1]
