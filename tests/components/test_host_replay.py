@@ -125,6 +125,11 @@ def test_priorities_set_what_is_drawn_and_the_probabilities_reported():
   replay.write_priorities(np.array([favourite, 10**9]), np.array([0.0, 5.0]))
   _, keys, _, _ = replay.sample_batch()
   assert favourite not in keys
+  replay.priority_exponent = 0.0  # Uniform, but 0-priority items still never drawn.
+  replay.write_priorities(np.array([keys[0]]), np.array([0.0]))
+  _, again, probabilities, _ = replay.sample_batch()
+  assert favourite not in again and keys[0] not in again
+  np.testing.assert_allclose(probabilities[0], 1.0 / (replay._held - 2), rtol=1e-5)
 
 
 def test_rate_limiter_holds_samples_and_inserts_to_samples_per_insert():

@@ -367,7 +367,7 @@ class HostReplay(SampledBatch):
         buffer[last] = x
       self._is_item[last] = True
       self._held += rows
-      self._tree.set(last, np.power(priorities, self.priority_exponent))
+      self._tree.set(last, self._mass(priorities))
     stream.chain = np.concatenate([stream.chain, serials], 1)[:, -self.depth:]
     self._next_serial += m * rows
 
@@ -516,8 +516,13 @@ class HostReplay(SampledBatch):
       slots = keys % self.max_size
       live = (self._serial[slots] == keys) & self._is_item[slots]
       if np.any(live):
-        values = np.power(np.maximum(priorities[live], 0.0), self.priority_exponent)
-        self._tree.set(slots[live], values)
+        self._tree.set(slots[live], self._mass(priorities[live]))
+
+  def _mass(self, priorities: np.ndarray) -> np.ndarray:
+    """p^alpha; 0 for p <= 0 even when alpha is 0: 0-priority items are never drawn."""
+    positive = priorities > 0
+    return np.where(positive, np.power(np.where(positive, priorities, 1.0),
+                                       self.priority_exponent), 0.0)
 
   def info(self) -> Dict[str, int]:
     with self._cond:
