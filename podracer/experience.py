@@ -10,8 +10,8 @@ runtime only calls `agent.init_experience`, `agent.observe` and `agent.update`.
     adds `agent.replay_items(trajectory)`, `update` samples it and writes the new
     priorities back into it. Under pmap each replica owns its own shard.
 
-Host: the replay is a server (`agent.replay.kind == "host"`, e.g. Reverb) that the
-runtime drives on the host, around the compiled step:
+Host: the replay is a server (`agent.replay.kind == "host"`: Reverb, or the host-memory
+replay) that the runtime drives on the host, around the compiled step:
   1. actors insert `agent.replay_items(trajectory)` ([B, ...] items; `insert`);
   2. the learner draws a batch (`sample_batch` -> items, keys, probabilities, size) and
      hands it to `update` as the in-graph experience, a `Sample` (`sample_for_replicas`);
@@ -61,11 +61,14 @@ class Replay(Protocol):
 class HostReplay(Replay, Protocol):
   """A replay server the runtime drives from host threads (kind == "host")."""
 
-  def start(self, item_spec: PyTree) -> None: ...
+  # overlap: Trajectory items of one actor thread repeat the last `overlap` entries of its
+  # previous ones (the agent's trajectory_overlap); a replay may store them once.
+  def start(self, item_spec: PyTree, overlap: int = 0) -> None: ...
   def insert(self, items: PyTree) -> None: ...  # may raise ReplayTimeout: retry
   def sample_batch(self, n: int) -> Tuple[PyTree, Sequence[Any], np.ndarray, int]: ...
   def write_priorities(self, keys: Sequence[Any], priorities: np.ndarray) -> None: ...
   def info(self) -> Dict[str, int]: ...  # replay_size, replay_inserts, replay_samples
+  #                                          (optional: replay_bytes)
   def close(self) -> None: ...
 
 

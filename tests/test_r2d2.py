@@ -4,6 +4,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import psutil
 import pytest
 import rlax
 
@@ -147,6 +148,10 @@ def test_runtimes_refuse_replays_they_cannot_drive():
   with pytest.raises(ConfigError, match="replay.name=device"):
     builder.build(config)
   config = r2d2_config.catch_anakin()
+  config.replay.name = "host"  # host memory: Anakin's program cannot reach it either
+  with pytest.raises(ConfigError, match="replay.name=device"):
+    builder.build(config)
+  config = r2d2_config.catch_anakin()
   config.replay.address = "localhost:1234"
   with pytest.raises(ConfigError, match="address"):
     builder.build(config)
@@ -169,10 +174,10 @@ def _catch(num_devices):
   return config
 
 
-@pytest.mark.parametrize("replay", ["reverb", "device"])
+@pytest.mark.parametrize("replay", ["reverb", "device", "host"])
 def test_r2d2_sebulba_cartpole_reaches_400_within_500k_steps(replay):
-  """The same agent under Sebulba, replaying through Reverb (its own lane) or on the
-  learner device: EnvPool CartPole-v1 to a mean episode return of 400 (actors' own
+  """The same agent under Sebulba, replaying through Reverb (its own lane), on the
+  learner device or in host memory: EnvPool CartPole-v1 to a mean episode return of 400 (actors' own
   returns, exploration included) within 500k env steps."""
   from tests.test_sebulba import one_device, run_in_process, sebulba_threads
   if replay == "reverb":
@@ -193,7 +198,7 @@ def test_r2d2_sebulba_cartpole_reaches_400_within_500k_steps(replay):
   learned = [r for r in records if r.get("learning", 0) > 0]
   assert learned and all(np.isfinite(r["loss"]) and r["mean_priority"] > 0 for r in learned)
   assert all(0 < r["replay_size"] <= config.replay.max_size for r in records[1:])
-  # Both replays' rate limits hold the learner to the configured samples per insert.
+  # The replays' rate limits hold the learner to the configured samples per insert.
   for key in ("replay_inserts_per_s", "replay_samples_per_s"):
     assert records[-1][key] > 0
   ratios = [r["sample_to_insert_ratio"] for r in learned[2:]]
@@ -205,7 +210,7 @@ def test_r2d2_without_reverb_installed_says_which_lane_has_it(monkeypatch):
   from tests.test_sebulba import one_device
   try:
     import reverb  # noqa: F401 -- the reverb lane: make start() fail as without Reverb.
-    def no_reverb(self, item_spec):
+    def no_reverb(self, item_spec, overlap=0):
       raise ImportError("Reverb is only in the reverb install lane (simulated).")
     monkeypatch.setattr(ReverbReplay, "start", no_reverb)
   except ImportError:
@@ -274,3 +279,61 @@ def test_r2d2_anakin_on_8_devices_averages_gradients_over_sharded_replays():
   last = records[-1]
   assert last["replay_inserts_per_s"] > 0 and last["replay_samples_per_s"] > 0
   assert last["sample_to_insert_ratio"] == pytest.approx(128 / 32)
+
+
+def _atari_host(config):
+  config.replay.name = "host"  # The default lane's default; Reverb in its own lane.
+  return config
+
+
+def test_r2d2_atari_replay_is_host_in_the_default_lane_and_reverb_in_reverbs():
+  from tests.reverb_support import current_lane
+  expected = "reverb" if current_lane() == "reverb" else "host"
+  assert r2d2_config.atari_sebulba().replay.name == expected
+
+
+def test_r2d2_atari_host_replay_holds_at_most_1_25_frames_per_env_step_at_full_size():
+  """At the paper's 84x84 frames and 4M observations: each env step costs its newest
+  frame and a little (scalars, the LSTM state per sequence, keys for episode starts)."""
+  from podracer.agent import item_spec
+  config = _atari_host(r2d2_config.atari_sebulba())
+  experiment = builder.build(config)
+  agent, runtime = experiment.agent, experiment.runtime
+  spec = item_spec(agent, runtime.trajectory_spec(config.runtime.num_envs_per_actor))
+  assert spec.timestep.observation.shape == (85, 4, 84, 84)
+  needed = agent.replay.bytes_needed(spec, overlap=agent.trajectory_overlap)
+  frame = 84 * 84
+  assert agent.replay.bytes_per_step <= 1.25 * frame, agent.replay.bytes_per_step
+  assert needed <= 1.25 * frame * 4_000_000
+  # Stored as whole stacked sequences (as the device replay does): 7.8x as much.
+  assert agent.replay.max_size * 85 * 4 * frame > 7.5 * needed
+
+
+def test_r2d2_atari_host_replay_at_papers_capacity_runs_20k_env_steps_of_36x36_frames():
+  """The paper's replay capacity (100k sequences, 4M observations) on this CPU machine:
+  the replay allocates what it fills. A small network and batch keep the test short."""
+  from tests.test_sebulba import one_device, run_in_process, sebulba_threads
+  config = _atari_host(one_device(r2d2_config.atari_sebulba()))
+  assert config.replay.max_size * config.runtime.rollout_length == 4_000_000
+  config.total_env_steps = 20_000
+  config.env.img_height = config.env.img_width = 36
+  config.network.update(dict(hidden_sizes=(32,), lstm_size=32, head_hidden_sizes=(32,)))
+  config.replay.update(dict(batch_size=8, min_size=64))
+  config.runtime.num_envs_per_actor = 16
+  process = psutil.Process()
+  before = process.memory_info().rss
+  records, _, runtime = run_in_process(config)
+  grown = process.memory_info().rss - before
+  assert sebulba_threads() == []
+  # The whole run (JAX, EnvPool, compiled steps: about 1 GB) grew by less than half the
+  # replay's 5.7 GB capacity: it allocated what it filled.
+  capacity = runtime.replay.max_size * (runtime.replay.chunk_bytes + runtime.replay.key_bytes)
+  assert capacity > 5e9 and grown < capacity / 2, (grown, capacity)
+  assert records[-1]["env_steps"] >= 20_000
+  assert any(r.get("learning", 0) > 0 for r in records)
+  last = records[-1]
+  assert 0 < last["replay_size"] <= config.replay.max_size and last["replay_bytes"] > 0
+  # Bytes per stored env step, measured: at most 1.25 frames of 36x36.
+  replay = runtime.replay
+  assert replay.steps_stored >= replay.info()["replay_inserts"] * 40
+  assert replay.info()["replay_bytes"] / replay.steps_stored <= 1.25 * 36 * 36

@@ -54,7 +54,7 @@ class MemoryReplay:
     return state._replace(priorities=priorities)
 
   # host side
-  def start(self, item_spec):
+  def start(self, item_spec, overlap=0):
     self.started_with = item_spec
 
   def insert(self, items, priorities=None):

@@ -27,6 +27,10 @@ BAD_INPUTS = {
                                "--workdir=/proc/forbidden"], "--workdir=/proc/forbidden"),
     "config file missing": (["--config=agents/ppo/no_such_config.py:cartpole_anakin"],
                             "'agents/ppo/no_such_config.py' does not exist"),
+    # R2D2's 4M observations as whole sequences of stacks: about 224 GiB on the device.
+    "device replay beyond memory": (["--config=agents/r2d2/config.py:atari_sebulba",
+                                     "--config.replay.name=device"],
+                                    "needs 240,450,000,000 bytes"),
 }
 
 

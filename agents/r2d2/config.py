@@ -3,8 +3,12 @@
   python -m podracer.launch --config=agents/r2d2/config.py:catch_anakin --workdir=runs/x
 
 and override any key with `--config.KEY=VALUE`. The replay is one key:
-`--config.replay.name=device` keeps sequences on the learner devices instead of Reverb.
+`--config.replay.name=device|host|reverb` keeps sequences on the learner devices, in
+host memory (each environment's timeline once), or in Reverb (its own install lane).
 """
+
+import importlib.util
+import os
 
 from ml_collections import config_dict
 
@@ -22,6 +26,18 @@ def _base(total_env_steps: int) -> config_dict.ConfigDict:
   c.optimizer = configs.section("adam", learning_rate=1e-3, eps=1e-3, max_grad_norm=40.0,
                                 anneal=False)
   return c
+
+
+def lane_replay() -> str:
+  """`reverb` in the Reverb install lane, else `host` (the default lane has no Reverb).
+
+  The lane is $PODRACER_LANE where set, else whether Reverb is installed (found, not
+  imported: importing it loads TensorFlow).
+  """
+  lane = os.environ.get("PODRACER_LANE", "").strip()
+  if not lane:
+    lane = "reverb" if importlib.util.find_spec("reverb") is not None else "default"
+  return "reverb" if lane == "reverb" else "host"
 
 
 def catch_anakin() -> config_dict.ConfigDict:
@@ -64,7 +80,8 @@ def atari_sebulba() -> config_dict.ConfigDict:
   Adam 1e-4 (eps 1e-3), batch 64, priority exponent 0.9, importance sampling 0.6, eta 0.9,
   target every 2500 updates, value rescaling 1e-3, replay of 4M observations, Ape-X
   epsilons (0.4, 7), LSTM 512 after the Nature torso, dueling head 512; no reward
-  clipping and no life loss as episode end."""
+  clipping and no life loss as episode end. The replay is `host` (host memory: about
+  7.7 KB per env step, 31 GB at capacity) in the default lane, Reverb in its own."""
   c = _base(total_env_steps=200_000_000)
   c.agent.update(dict(discount=0.997, n_step=5, burn_in=40, target_update_period=2500))
   c.network = configs.section("recurrent_q", torso="nature", hidden_sizes=(512,),
@@ -73,7 +90,7 @@ def atari_sebulba() -> config_dict.ConfigDict:
   c.optimizer = configs.section("adam", learning_rate=1e-4, eps=1e-3, max_grad_norm=40.0,
                                 anneal=False)
   # 4M observations in sequences that advance 40 steps each.
-  c.replay = configs.replay("reverb", batch_size=64, max_size=4_000_000 // 40,
+  c.replay = configs.replay(lane_replay(), batch_size=64, max_size=4_000_000 // 40,
                             min_size=6_250, samples_per_insert=0.5)
   return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=40,
                                episodic_life=False, reward_clip=False)

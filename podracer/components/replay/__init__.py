@@ -13,7 +13,8 @@ every kind, so the agent's code does not change when `--config.replay.name` does
 Kinds (`kind` attribute):
   "device"  The buffer is a pytree inside the compiled program (Anakin; Sebulba learners).
             Under pmap each replica owns its own shard of the buffer.
-  "host"    The buffer is a server (Reverb). The runtime inserts items and samples batches
+  "host"    The buffer is a server (Reverb, or `host`: host memory in this process,
+            each environment's timeline stored once). The runtime inserts items and samples batches
             on the host; the in-graph state is the sampled batch (a `Sample`): `add` leaves
             it alone, `sample` returns it, `update_priorities` stores the new priorities in
             it for the runtime to send back. Host replays also implement the runtime side:
@@ -43,4 +44,4 @@ def importance_weights(sample: Sample, exponent: float) -> jax.Array:
 __all__ = ["Sample", "importance_weights"]
 
 # Importing the implementations registers them (Reverb itself is imported lazily).
-from podracer.components.replay import device, reverb_replay  # noqa: E402,F401
+from podracer.components.replay import device, host, reverb_replay  # noqa: E402,F401

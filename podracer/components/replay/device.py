@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from podracer import registry
 from podracer.experience import Sample
+from podracer.memory import check_device_fits, tree_bytes
 from podracer.types import PyTree, strip_weak_types
 
 
@@ -91,7 +92,15 @@ class DeviceReplay:
     self.initial_priority = float(initial_priority)
 
   def init(self, item_spec: PyTree) -> DeviceReplayState:
-    """An empty buffer; `item_spec` has a shape and dtype per leaf, for ONE item."""
+    """An empty buffer; `item_spec` has a shape and dtype per leaf, for ONE item.
+
+    Raises ConfigError, before allocating, if the buffer cannot fit on the device.
+    """
+    check_device_fits(
+        f"The device replay ({self.capacity:,} items of "
+        f"{tree_bytes(item_spec):,} bytes, per device)",
+        tree_bytes(item_spec, self.capacity) + 4 * self.capacity,
+        ["replay.max_size", "replay.name=host"])
     items = jax.tree_util.tree_map(
         lambda s: jnp.zeros((self.capacity, *s.shape), s.dtype), item_spec)
     zero = jnp.zeros((), jnp.int32)

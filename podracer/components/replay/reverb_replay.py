@@ -27,17 +27,16 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
-from podracer.experience import Sample
+from podracer.components.replay.sampled import SampledBatch
 from podracer.components.replay.reverb_server import (check_table_args,
                                                       default_error_buffer,
                                                       import_reverb, make_server,
                                                       make_table)
 from podracer.errors import ConfigError, ReplayTimeout, ReplayUnavailableError
-from podracer.types import PyTree, strip_weak_types
+from podracer.types import PyTree
 
 
 class _Call:
@@ -84,7 +83,7 @@ def _fetch(client, table: str, n: int) -> List[List[np.ndarray]]:
 
 
 @registry.replay.register("reverb")
-class ReverbReplay:
+class ReverbReplay(SampledBatch):
   """Prioritized replay on a Reverb server (see the module docstring).
 
   Args:
@@ -109,8 +108,6 @@ class ReverbReplay:
       server) or ReplayUnavailableError (server gone). Short, so that a stopping run's
       threads notice within seconds; runtimes retry ReplayTimeout.
   """
-
-  kind = "host"
 
   def __init__(self, batch_size: int, max_size: int = 100_000, min_size: int = 1,
                samples_per_insert: Optional[float] = None,
@@ -163,40 +160,15 @@ class ReverbReplay:
     """The server's "host:port" ("localhost:PORT" when embedded; None before start)."""
     return self._address
 
-  # -- in-graph side: the state is the batch the runtime sampled -----------------------
+  # -- host side (the in-graph side is SampledBatch's) ------------------------------
 
-  def init(self, item_spec: PyTree) -> Sample:
-    """A batch of zeros: `batch_size` items shaped like `item_spec` (ONE item)."""
-    n = self.batch_size
-    items = jax.tree_util.tree_map(lambda s: jnp.zeros((n, *s.shape), s.dtype), item_spec)
-    return strip_weak_types(Sample(
-        items=items, indices=jnp.arange(n, dtype=jnp.int32),
-        probabilities=jnp.zeros((n,), jnp.float32), size=jnp.zeros((), jnp.int32),
-        priorities=jnp.zeros((n,), jnp.float32)))
+  def start(self, item_spec: PyTree, overlap: int = 0) -> None:
+    """Starts (embedded) or joins (`address`) the server; `item_spec` is ONE item.
 
-  def add(self, state: Sample, items: PyTree, priorities: Optional[jax.Array] = None):
-    """No-op: the runtime inserts on the host."""
-    del items, priorities
-    return state
-
-  def can_sample(self, state: Sample) -> jax.Array:
-    del state
-    return jnp.bool_(True)  # The runtime only hands over batches it could draw.
-
-  def sample(self, state: Sample, key: jax.Array) -> Sample:
-    del key
-    return state
-
-  def update_priorities(self, state: Sample, sample: Sample,
-                        priorities: jax.Array) -> Sample:
-    """Keeps the new priorities in the state, for the runtime to write back."""
-    del sample
-    return state._replace(priorities=jnp.asarray(priorities, jnp.float32))
-
-  # -- host side ----------------------------------------------------------------------
-
-  def start(self, item_spec: PyTree) -> None:
-    """Starts (embedded) or joins (`address`) the server; `item_spec` is ONE item."""
+    Reverb stores every item whole, so consecutive items' `overlap` shared steps are
+    stored twice (its chunk compression shrinks them); the argument is not used.
+    """
+    del overlap
     reverb = import_reverb()
     leaves, treedef = jax.tree_util.tree_flatten(item_spec)
     if not leaves:

@@ -116,8 +116,11 @@ class FromReplay:
   def extras(self, state: LearnerState) -> Dict[str, float]:
     del state
     info = self.replay.info()
-    return dict(replay_size=info["replay_size"],
-                **self.meter.rates(info["replay_inserts"], info["replay_samples"]))
+    extras = dict(replay_size=info["replay_size"],
+                  **self.meter.rates(info["replay_inserts"], info["replay_samples"]))
+    if "replay_bytes" in info:  # Memory the replay holds (the host replay reports it).
+      extras["replay_bytes"] = info["replay_bytes"]
+    return extras
 
 
 class Learner:

@@ -16,6 +16,7 @@ from podracer import registry, trajectories
 from podracer.agent import Agent, item_spec
 from podracer.errors import ConfigError
 from podracer.experience import host_replay
+from podracer.memory import check_device_fits, tree_bytes
 from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Actor, Batch, ToLearners, ToReplay
@@ -112,6 +113,13 @@ class Sebulba(Runtime):
         maxsize=0 if self.replay is not None else options.queue_size)
     records: "queue.Queue[Dict[str, Any]]" = queue.Queue()
     store = ParamsStore(self.topology.actor_devices)
+    if self.replay is None:  # In flight: the queue's, one per actor thread, one learning.
+      in_flight = options.queue_size + self.num_actor_threads + 1
+      check_device_fits(
+          f"Sebulba's {in_flight} trajectories in flight", in_flight * tree_bytes(
+              self.trajectory_spec(options.num_envs_per_actor)) // len(learners),
+          ["runtime.queue_size", "runtime.num_envs_per_actor", "runtime.rollout_length"],
+          learners)
     state = self._start_learner(store)
     if self.replay is not None:
       self._start_replay()
@@ -141,7 +149,8 @@ class Sebulba(Runtime):
   def _start_replay(self) -> None:
     spec = self.trajectory_spec(self.options.num_envs_per_actor)
     try:
-      self.replay.start(item_spec(self.agent, spec))
+      # Items that are whole trajectories repeat their stream's last `overlap` entries.
+      self.replay.start(item_spec(self.agent, spec), overlap=self.agent.trajectory_overlap)
     except ImportError as e:  # Reverb lives in its own install lane.
       raise ConfigError(f"{e} Or use --config.replay.name=device.") from e
 
