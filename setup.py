@@ -44,6 +44,8 @@ INSTALL_REQUIRES = [
     "tensorboardX>=2.6",
     # Checkpoints (podracer/checkpoint.py).
     "orbax-checkpoint>=0.11.5",
+    # Memory checks before allocation (podracer/memory.py).
+    "psutil>=5.9",
 ]
 
 EXTRAS_REQUIRE = {
