@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
+from podracer.components.replay.table import check_table_args
 from podracer.experience import Sample
 from podracer.memory import check_device_fits, tree_bytes
 from podracer.types import PyTree, strip_weak_types
@@ -32,12 +33,6 @@ class DeviceReplayState(NamedTuple):
   max_priority: jax.Array    # [] float32: the largest priority seen so far
   inserts: jax.Array         # [] int32: items added, in total
   samples: jax.Array         # [] int32: sampled items given new priorities, in total
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-  if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-    raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-  return value
 
 
 @registry.replay.register("device")
@@ -69,25 +64,14 @@ class DeviceReplay:
     if address is not None:
       raise ValueError(f"`address` ({address!r}) names a Reverb server, but this replay "
                        "lives on the devices; use `replay.name=reverb` to join a server.")
-    if samples_per_insert is not None and not samples_per_insert > 0:
-      raise ValueError(f"`samples_per_insert` must be > 0 or None, got "
-                       f"{samples_per_insert!r}.")
+    check_table_args(max_size=max_size, min_size=min_size, batch_size=batch_size,
+                     samples_per_insert=samples_per_insert, error_buffer=error_buffer,
+                     priority_exponent=priority_exponent, initial_priority=initial_priority,
+                     smallest_min_size=0)
     self.samples_per_insert = samples_per_insert
     self.error_buffer = (float(error_buffer) if error_buffer is not None else
                          max(1.0, samples_per_insert or 1.0) * batch_size)
-    capacity = max_size
-    self.capacity = _check_int("max_size", capacity, 1)
-    self.batch_size = _check_int("batch_size", batch_size, 1)
-    self.min_size = _check_int("min_size", min_size, 0)
-    if min_size > capacity:
-      raise ValueError(f"`min_size` ({min_size}) must be <= `max_size` ({capacity}): "
-                       f"the buffer could never hold enough items to sample.")
-    if not isinstance(priority_exponent, (int, float)) or not priority_exponent >= 0:
-      raise ValueError(f"`priority_exponent` must be a number >= 0, got "
-                       f"{priority_exponent!r}.")
-    if not isinstance(initial_priority, (int, float)) or not initial_priority > 0:
-      raise ValueError(f"`initial_priority` must be a number > 0 (0-priority items are "
-                       f"never sampled), got {initial_priority!r}.")
+    self.capacity, self.batch_size, self.min_size = max_size, batch_size, min_size
     self.priority_exponent = float(priority_exponent)
     self.initial_priority = float(initial_priority)
 

@@ -51,6 +51,7 @@ import jax
 import numpy as np
 
 from podracer import registry
+from podracer.components.replay.table import check_table_args
 from podracer.components.replay.sampled import SampledBatch
 from podracer.errors import ReplayTimeout
 from podracer.memory import check_fits, gib, host_memory
@@ -103,13 +104,6 @@ class _Stream:
     self.key_dist = np.zeros((rows,), np.int64)         # steps since it
 
 
-def _check_number(name: str, value: Any, minimum: float, integer: bool) -> None:
-  bad = isinstance(value, bool) or not isinstance(value, (int,) if integer else (int, float))
-  if bad or value < minimum:
-    kind = "an integer" if integer else "a number"
-    raise ValueError(f"`{name}` must be {kind} >= {minimum}, got {value!r}.")
-
-
 @registry.replay.register("host")
 class HostReplay(SampledBatch):
   """Prioritized sequence replay in host memory (see the module docstring).
@@ -130,21 +124,10 @@ class HostReplay(SampledBatch):
     if address is not None:
       raise ValueError(f"`address` ({address!r}) names a Reverb server, but this replay "
                        "lives in this process; use `replay.name=reverb` to join a server.")
-    _check_number("batch_size", batch_size, 1, True)
-    _check_number("max_size", max_size, 1, True)
-    _check_number("min_size", min_size, 0, True)
-    _check_number("priority_exponent", priority_exponent, 0, False)
-    if min_size > max_size:
-      raise ValueError(f"`min_size` ({min_size}) must be <= `max_size` ({max_size}).")
-    if samples_per_insert is not None and not (
-        isinstance(samples_per_insert, (int, float)) and samples_per_insert > 0):
-      raise ValueError(f"`samples_per_insert` must be > 0 or None, got "
-                       f"{samples_per_insert!r}.")
-    if not isinstance(initial_priority, (int, float)) or not initial_priority > 0:
-      raise ValueError(f"`initial_priority` must be a number > 0 (0-priority items are "
-                       f"never sampled), got {initial_priority!r}.")
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-      raise ValueError(f"`timeout` must be a number of seconds > 0, got {timeout!r}.")
+    check_table_args(max_size=max_size, min_size=min_size, batch_size=batch_size,
+                     samples_per_insert=samples_per_insert, error_buffer=error_buffer,
+                     priority_exponent=priority_exponent, initial_priority=initial_priority,
+                     timeout=timeout, smallest_min_size=0)
     self.batch_size, self.max_size, self.min_size = batch_size, max_size, min_size
     self.samples_per_insert = samples_per_insert
     self.error_buffer = (float(error_buffer) if error_buffer is not None else

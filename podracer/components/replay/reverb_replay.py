@@ -31,8 +31,8 @@ import numpy as np
 
 from podracer import registry
 from podracer.components.replay.sampled import SampledBatch
-from podracer.components.replay.reverb_server import (check_table_args,
-                                                      default_error_buffer,
+from podracer.components.replay.table import check_table_args, default_error_buffer
+from podracer.components.replay.reverb_server import (
                                                       import_reverb, make_server,
                                                       make_table)
 from podracer.errors import ConfigError, ReplayTimeout, ReplayUnavailableError
@@ -115,16 +115,10 @@ class ReverbReplay(SampledBatch):
                initial_priority: float = 1.0, address: Optional[str] = None,
                port: Optional[int] = None, table: str = "replay",
                checkpoint_dir: Optional[str] = None, timeout: float = 2.0):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-      raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}.")
-    check_table_args(max_size=max_size, min_size=min_size,
+    check_table_args(max_size=max_size, min_size=min_size, batch_size=batch_size,
                      samples_per_insert=samples_per_insert, error_buffer=error_buffer,
-                     priority_exponent=priority_exponent)
-    if not isinstance(initial_priority, (int, float)) or not initial_priority > 0:
-      raise ValueError(f"`initial_priority` must be a number > 0 (0-priority items are "
-                       f"never sampled), got {initial_priority!r}.")
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-      raise ValueError(f"`timeout` must be a number of seconds > 0, got {timeout!r}.")
+                     priority_exponent=priority_exponent, initial_priority=initial_priority,
+                     timeout=timeout)
     if not isinstance(table, str) or not table:
       raise ValueError(f"`table` must be a non-empty string, got {table!r}.")
     if address is not None:

@@ -20,6 +20,8 @@ import sys
 import threading
 from typing import Any, Optional
 
+from podracer.components.replay.table import check_table_args, default_error_buffer
+
 REVERB_LANE_HINT = (
     "Reverb is only installed in the reverb lane (dm-reverb 0.14 needs Python 3.11 and "
     "TensorFlow 2.15): `pip install -c requirements/reverb.txt -e \".[reverb]\"` on "
@@ -34,45 +36,6 @@ def import_reverb():
     raise ImportError(f"The Reverb replay needs `import reverb`, which failed here ({e}). "
                       f"{REVERB_LANE_HINT}") from e
   return reverb
-
-
-def default_error_buffer(samples_per_insert: float, batch_size: int) -> float:
-  """Room for one learner batch of samples, or the inserts it takes to earn one.
-
-  Smaller buffers make inserts and samples alternate in single steps; Reverb itself
-  refuses anything below max(1, samples_per_insert).
-  """
-  return max(1.0, float(samples_per_insert)) * batch_size
-
-
-def check_table_args(*, max_size: int, min_size: int, samples_per_insert: Optional[float],
-                     error_buffer: Optional[float], priority_exponent: float) -> None:
-  """Raises ValueError for a table Reverb would refuse, or one that could never sample."""
-
-  def integer(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-      raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-
-  integer("max_size", max_size, 1)
-  integer("min_size", min_size, 1)
-  if min_size > max_size:
-    raise ValueError(f"`min_size` ({min_size}) must be <= `max_size` ({max_size}): the "
-                     f"table could never hold enough items to sample.")
-  if not isinstance(priority_exponent, (int, float)) or not priority_exponent >= 0:
-    raise ValueError(f"`priority_exponent` must be a number >= 0, got "
-                     f"{priority_exponent!r}.")
-  if samples_per_insert is None:
-    if error_buffer is not None:
-      raise ValueError("`error_buffer` only applies with `samples_per_insert`; set both "
-                       "or neither.")
-    return
-  if not isinstance(samples_per_insert, (int, float)) or not samples_per_insert > 0:
-    raise ValueError(f"`samples_per_insert` must be > 0 or None, got "
-                     f"{samples_per_insert!r}.")
-  if error_buffer is not None and not error_buffer >= max(1.0, samples_per_insert):
-    raise ValueError(f"`error_buffer` ({error_buffer}) must be >= max(1, "
-                     f"samples_per_insert) = {max(1.0, samples_per_insert)}; Reverb "
-                     f"refuses smaller buffers, which could block inserts and samples.")
 
 
 def make_table(*, name: str = "replay", max_size: int, min_size: int = 1,
