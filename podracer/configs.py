@@ -25,7 +25,7 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
   c.total_env_steps = total_env_steps
   c.nan_policy = "stop"  # Or "skip_update".
-  c.checkpoint_interval = 600.0  # Seconds between checkpoints (Anakin; also at the end).
+  c.checkpoint_interval = 600.0  # Seconds between checkpoints (also at the end).
   c.checkpoints_to_keep = 3
   return c
 

@@ -1,12 +1,15 @@
-"""Checkpoints and exact resume: an Anakin run stopped by SIGTERM and relaunched gives the
-records an uninterrupted run gives, on 8 devices."""
+"""Checkpoints and resume: an Anakin run stopped by SIGTERM and relaunched gives the
+records an uninterrupted run gives, on 8 devices; a Sebulba run goes on from its learner's
+state and counters."""
 
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -34,10 +37,11 @@ CASES = {
 }
 
 
-def start(args, run_dir):
+def start(args, run_dir, devices=8):
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-             XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             JAX_PLATFORMS="cpu")
   return subprocess.Popen(
       [sys.executable, "-m", "podracer.launch", *args, "--config.checkpoint_interval=0",
        f"--workdir={run_dir}"],
@@ -75,6 +79,53 @@ def test_sigterm_then_relaunch_gives_the_records_of_an_uninterrupted_run(case, t
   assert again.returncode == 0, stderr
   assert "resuming the run" in stdout
   assert records(run_dir) == expected
+
+
+# PPO learns CartPole in about 40k env steps at this learning rate; a record every second.
+SEBULBA = ["--config=agents/ppo/config.py:cartpole_sebulba",
+           "--config.optimizer.learning_rate=1e-3", "--config.checkpoint_interval=1"]
+
+
+def test_sebulba_resumes_its_learner_and_counters_after_sigterm(tmp_path):
+  pytest.importorskip("orbax.checkpoint")
+  run_dir = tmp_path / "run"
+  first = start(SEBULBA + ["--config.total_env_steps=1000000"], run_dir, devices=1)
+
+  def trained():
+    try:
+      return any(r.get("episode_return", 0) >= 150 for r in records(run_dir))
+    except (OSError, ValueError):  # Not written yet, or a line half written.
+      return False
+
+  deadline = time.monotonic() + 180
+  while not trained():
+    assert first.poll() is None, first.communicate()[1]
+    assert time.monotonic() < deadline, "PPO did not reach a return of 150"
+    time.sleep(0.2)
+  first.send_signal(signal.SIGTERM)
+  stdout, stderr = first.communicate(timeout=60)
+  assert first.returncode == 143, stderr
+  saved = int(re.search(r"saved a checkpoint at env steps ([\d,]+)", stdout)[1]
+              .replace(",", ""))
+  before = records(run_dir)
+  trained = [r["episode_return"] for r in before if "episode_return" in r][-2:]
+
+  # Only the step budget may change: 20 more trajectories of 12 x 64 steps.
+  again = start(SEBULBA + [f"--config.total_env_steps={saved + 20 * 768}"], run_dir,
+                devices=1)
+  stdout, stderr = again.communicate(timeout=180)
+  assert again.returncode == 0, stderr
+  assert "resuming the run" in stdout
+  resumed = records(run_dir)
+  assert resumed[:len(before)] == before  # Appended to the first run's records.
+  after = resumed[len(before):]
+  # The env-step counter goes on from the checkpoint's (one trajectory is 768 steps).
+  assert saved < after[0]["env_steps"] <= saved + 3 * 768, (saved, after[0])
+  assert [r["env_steps"] for r in after] == sorted(r["env_steps"] for r in after)
+  assert after[-1]["env_steps"] >= saved + 20 * 768
+  # The resumed policy is the trained one: a fresh one returns about 22 (random).
+  returns = [r["episode_return"] for r in after if "episode_return" in r][:2]
+  assert returns and min(returns) >= 0.5 * sum(trained) / len(trained), (trained, returns)
 
 
 def test_a_checkpointed_run_with_another_config_is_refused(tmp_path):

@@ -192,15 +192,18 @@ class Anakin(Runtime):
           logger.write(record, compile_step=(call == first_call))
           done = call + 1
           if checkpointer is not None:
-            checkpointer.maybe_save(done, state, len(logger.records))
+            checkpointer.maybe_save(done, state, len(logger.records),
+                                    env_steps=done * self.steps_per_call)
         if logger.target_reached:
           break
     except KeyboardInterrupt:
       # Ctrl-C is not deferred and may have cut a step short, leaving a donated state.
       if checkpointer is not None and not any(
           x.is_deleted() for x in jax.tree.leaves(state)):
-        checkpointer.save(done, state, len(logger.records))
+        checkpointer.save(done, state, len(logger.records),
+                          env_steps=done * self.steps_per_call)
       raise
     if checkpointer is not None:
-      checkpointer.save(done, state, len(logger.records))
+      checkpointer.save(done, state, len(logger.records),
+                        env_steps=done * self.steps_per_call)
     return state
