@@ -63,7 +63,7 @@ class Checkpointer:
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
     self._ocp = ocp
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
-    self.interval = interval
+    self.interval, self.keep = interval, keep
     self._manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=False))

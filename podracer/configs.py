@@ -117,11 +117,13 @@ def impala_resnet() -> config_dict.ConfigDict:
 def replay(name: str, batch_size: int, max_size: int, min_size: int,
            samples_per_insert: Optional[float]) -> config_dict.ConfigDict:
   """Keys both replays take (`device`, `reverb`), so `replay.name` switches between them;
-  `address` (reverb) joins an existing Reverb server."""
+  `address` (reverb) joins an existing Reverb server; `checkpoint=True` (reverb) puts
+  the table in the run's checkpoints (a device replay always is)."""
   return section(name, batch_size=batch_size, max_size=max_size, min_size=min_size,
                  samples_per_insert=samples_per_insert,
                  error_buffer=config_dict.placeholder(float), priority_exponent=0.9,
-                 initial_priority=1.0, address=config_dict.placeholder(str))
+                 initial_priority=1.0, address=config_dict.placeholder(str),
+                 checkpoint=config_dict.placeholder(bool))
 
 
 def getter(what: str, named: Dict[str, Callable[[], config_dict.ConfigDict]],

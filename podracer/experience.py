@@ -67,6 +67,9 @@ class HostReplay(Replay, Protocol):
   def write_priorities(self, keys: Sequence[Any], priorities: np.ndarray) -> None: ...
   def info(self) -> Dict[str, int]: ...  # replay_size, replay_inserts, replay_samples
   def close(self) -> None: ...
+  # Optional, for a replay the run's checkpoints include (`checkpointed`, the config's
+  # `replay.checkpoint`): `use_checkpoint_dir(path)` before `start` (where it saves, and
+  # starts from the latest checkpoint there), `checkpoint(keep)` with each of the run's.
 
 
 def host_replay(agent: Any) -> Optional[HostReplay]:

@@ -16,6 +16,7 @@ import pytest
 from agents.ppo import config as ppo_config
 from podracer import workdir
 from podracer.errors import ConfigError
+from tests.reverb_support import requires_reverb
 from tests.test_preemption import wait_for_records
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -81,6 +82,28 @@ def test_sigterm_then_relaunch_gives_the_records_of_an_uninterrupted_run(case, t
   assert records(run_dir) == expected
 
 
+def stop_once(process, run_dir, reached, timeout=180):
+  """SIGTERMs the launcher `process` once a record is `reached`; the env steps of the
+  checkpoint it says it saved."""
+
+  def done():
+    try:
+      return any(reached(r) for r in records(run_dir))
+    except (OSError, ValueError):  # Not written yet, or a line half written.
+      return False
+
+  deadline = time.monotonic() + timeout
+  while not done():
+    assert process.poll() is None, process.communicate()[1]
+    assert time.monotonic() < deadline, f"no record reached the mark in {timeout} s"
+    time.sleep(0.2)
+  process.send_signal(signal.SIGTERM)
+  stdout, stderr = process.communicate(timeout=60)
+  assert process.returncode == 143, stderr
+  return int(re.search(r"saved a checkpoint at env steps ([\d,]+)", stdout)[1]
+             .replace(",", ""))
+
+
 # PPO learns CartPole in about 40k env steps at this learning rate; a record every second.
 SEBULBA = ["--config=agents/ppo/config.py:cartpole_sebulba",
            "--config.optimizer.learning_rate=1e-3", "--config.checkpoint_interval=1"]
@@ -90,23 +113,7 @@ def test_sebulba_resumes_its_learner_and_counters_after_sigterm(tmp_path):
   pytest.importorskip("orbax.checkpoint")
   run_dir = tmp_path / "run"
   first = start(SEBULBA + ["--config.total_env_steps=1000000"], run_dir, devices=1)
-
-  def trained():
-    try:
-      return any(r.get("episode_return", 0) >= 150 for r in records(run_dir))
-    except (OSError, ValueError):  # Not written yet, or a line half written.
-      return False
-
-  deadline = time.monotonic() + 180
-  while not trained():
-    assert first.poll() is None, first.communicate()[1]
-    assert time.monotonic() < deadline, "PPO did not reach a return of 150"
-    time.sleep(0.2)
-  first.send_signal(signal.SIGTERM)
-  stdout, stderr = first.communicate(timeout=60)
-  assert first.returncode == 143, stderr
-  saved = int(re.search(r"saved a checkpoint at env steps ([\d,]+)", stdout)[1]
-              .replace(",", ""))
+  saved = stop_once(first, run_dir, lambda r: r.get("episode_return", 0) >= 150)
   before = records(run_dir)
   trained = [r["episode_return"] for r in before if "episode_return" in r][-2:]
 
@@ -140,3 +147,38 @@ def test_a_checkpointed_run_with_another_config_is_refused(tmp_path):
     workdir.prepare(str(tmp_path), config=config)
   assert "moved" in workdir.prepare(str(tmp_path), fresh=True, config=config)
   assert not (tmp_path / "checkpoints").exists()
+
+
+def test_sebulba_checkpoints_the_reverb_table_and_resumes_from_it(tmp_path):
+  reverb = requires_reverb()
+  pytest.importorskip("orbax.checkpoint")
+  from podracer.components.replay.reverb_server import make_table  # Imports Reverb.
+  args = ["--config=agents/r2d2/config.py:cartpole_sebulba", "--config.replay.checkpoint=True",
+          "--config.replay.max_size=1000", "--config.checkpoint_interval=1"]
+  run_dir = tmp_path / "run"
+  first = start(args + ["--config.total_env_steps=10000000"], run_dir, devices=1)
+  saved = stop_once(first, run_dir, lambda r: r.get("replay_size", 0) >= 1000)
+  before = records(run_dir)
+
+  # The table as the run saved it: full, with the priorities the learner wrote back.
+  server = reverb.Server(tables=[make_table(max_size=1000)], port=None,
+                         checkpointer=reverb.checkpointers.DefaultCheckpointer(
+                             path=str(run_dir / "checkpoints" / "reverb")))
+  try:
+    client = reverb.Client(f"localhost:{server.port}")
+    assert client.server_info()["replay"].current_size == 1000
+    priorities = {int(s.info.key): float(s.info.priority) for s in client.sample(
+        "replay", num_samples=200, emit_timesteps=False)}
+  finally:
+    server.stop()
+  assert len(set(priorities.values())) > 10, priorities  # Not the initial 1.0 for all.
+
+  again = start(args + [f"--config.total_env_steps={saved + 2400}"], run_dir, devices=1)
+  stdout, stderr = again.communicate(timeout=180)
+  assert again.returncode == 0, stderr
+  assert "resuming the run" in stdout
+  after = records(run_dir)[len(before):]
+  # The full table lets the learner update before any new env step arrives.
+  assert after and saved <= after[0]["env_steps"] < after[-1]["env_steps"], (saved, after)
+  # A new table would start empty and hold a few hundred items at the first update.
+  assert all(r["replay_size"] == 1000 for r in after), [r["replay_size"] for r in after]

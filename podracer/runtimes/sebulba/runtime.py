@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import queue
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -23,6 +24,9 @@ from podracer.runtimes.sebulba.actor import act_and_advance_key
 from podracer.runtimes.sebulba.learner import FromQueue, FromReplay, Learner, Progress
 from podracer.runtimes.sebulba.params import ParamsStore, first_replica
 from podracer.types import REPLICA_AXIS, Trajectory, strip_weak_types
+
+
+REPLAY_DIR = "reverb"  # A checkpointed host replay's own files, in the checkpoints' folder.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +122,8 @@ class Sebulba(Runtime):
                                                              "episodes", "records")})
 
   def _save(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
+    if getattr(self.replay, "checkpointed", False):  # Reverb: through its client.
+      self.replay.checkpoint(keep=checkpointer.keep)
     progress = learner.progress
     checkpointer.save(progress.updates, dict(learner=tuple(state), key=learner.key),
                       progress.records, **dataclasses.asdict(progress))
@@ -139,6 +145,8 @@ class Sebulba(Runtime):
     store = ParamsStore(self.topology.actor_devices)
     state = self._start_learner()
     if self.replay is not None:
+      if checkpointer is not None and getattr(self.replay, "checkpointed", False):
+        self.replay.use_checkpoint_dir(os.path.join(checkpointer.directory, REPLAY_DIR))
       self._start_replay()
       source: Any = FromReplay(self.agent, self.replay, learners, batches)
       output: Any = ToReplay(self.agent, self.replay, batches)
