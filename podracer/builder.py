@@ -21,7 +21,7 @@ import inspect
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO
 
-from podracer import checkpoint, contracts, guards, registry
+from podracer import checkpoint, contracts, evaluation, guards, registry
 from podracer.errors import ConfigError
 from podracer.metrics import MetricsLogger
 from podracer.runtime import Plan
@@ -65,11 +65,11 @@ class Experiment:
                                          stop_at_return=self.config.get("stop_at_return"),
                                          resume_records=resumed)
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
+    # What the runtime's `run` takes of checkpoints and evaluation, when asked for.
+    extras = dict(checkpointer=checkpointer,
+                  evaluation=evaluation.for_run(self.config, self.runtime))
     try:
-      if checkpointer:
-        self.runtime.run(watched, checkpointer=checkpointer)
-      else:
-        self.runtime.run(watched)
+      self.runtime.run(watched, **{k: v for k, v in extras.items() if v is not None})
     finally:
       logger.close(title=_title(self.config))
       if checkpointer:

@@ -19,7 +19,8 @@ from ml_collections import config_dict
 
 def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   """The header every config has: seed, step budget, optional target return, what a
-  non-finite loss does (podracer/guards.py) and checkpoints (podracer/checkpoint.py)."""
+  non-finite loss does (podracer/guards.py), checkpoints (podracer/checkpoint.py) and
+  evaluation (podracer/evaluation.py)."""
   c = config_dict.ConfigDict()
   c.seed = seed
   c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
@@ -27,6 +28,8 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   c.nan_policy = "stop"  # Or "skip_update".
   c.checkpoint_interval = 600.0  # Seconds between checkpoints (also at the end).
   c.checkpoints_to_keep = 3
+  c.eval_interval = 0  # Env steps between evaluations of the greedy policy (0: none).
+  c.eval_episodes = 10  # Episodes per evaluation (podracer/evaluation.py).
   return c
 
 

@@ -141,11 +141,13 @@ class Learner:
                num_learners: int, log_interval: float, key: jax.Array,
                progress: Optional[Progress] = None,
                checkpoint: Optional[Callable[[], None]] = None,
-               fail_after_first_update: bool = False):
+               evaluate: Optional[Any] = None, fail_after_first_update: bool = False):
     self.source, self.store, self.records, self.plan = source, store, records, plan
     self.num_learners, self.log_interval = num_learners, log_interval
     self.key, self.progress = key, progress or Progress()
     self.checkpoint = checkpoint
+    # `evaluate(params, env_steps_before, env_steps)`: an `eval_return` when one is due.
+    self.evaluate = evaluate
     self.fail_after_first_update = fail_after_first_update
 
   def run(self, state: List[Any], stop: threading.Event) -> None:
@@ -153,6 +155,7 @@ class Learner:
     runtime can return and checkpoint them."""
     total, progress = self.plan.total_env_steps, self.progress
     first, waited, started = True, 0.0, progress.updates
+    evaluated_at = progress.env_steps
     window = Window(self.MEANS)
     while progress.env_steps < total:
       if stop.is_set():
@@ -185,6 +188,11 @@ class Learner:
       waited = 0.0
       state[:] = list(new_state)
       self.key, progress.updates = key, progress.updates + 1
+      if self.evaluate is not None:
+        value = self.evaluate(first_replica(state[0]), evaluated_at, progress.env_steps)
+        evaluated_at = progress.env_steps
+        if value is not None:
+          window.add_mean("eval_return", value)
       if (first or time.perf_counter() - window.start >= self.log_interval
           or progress.env_steps >= total):
         record = window.record(progress.env_steps,

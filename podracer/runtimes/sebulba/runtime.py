@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 import jax
 import numpy as np
 
+from podracer import evaluation as evaluation_lib
 from podracer import registry, trajectories
 from podracer.agent import Agent, item_spec
 from podracer.errors import ConfigError
@@ -130,12 +131,18 @@ class Sebulba(Runtime):
 
   # -- threads ---------------------------------------------------------------------
 
-  def run(self, logger, checkpointer: Optional[Any] = None) -> List[Any]:
+  def _evaluator(self, evaluation: Any) -> "HostEvaluator":
+    return HostEvaluator(self.agent, self.env_factory, evaluation,
+                         seed=self.seed * 10_000 + 9_999)
+
+  def run(self, logger, checkpointer: Optional[Any] = None,
+          evaluation: Optional[Any] = None) -> List[Any]:
     """Trains; returns the learner state [nets, opt, experience], each [L, ...].
 
     With a `checkpointer`, first resumes from its latest checkpoint (the learner's state
     and counters; the actors start new episodes), then saves every interval (from the
-    learner thread, between updates), at the end and when stopped.
+    learner thread, between updates), at the end and when stopped. With an `evaluation`
+    (podracer/evaluation.py), the learner thread evaluates between updates.
     """
     options, learners = self.options, self.topology.learner_devices
     # With a host replay the queue only carries statistics, and must never block actors.
@@ -156,6 +163,7 @@ class Sebulba(Runtime):
     learner = Learner(source, store, records, self.plan, len(learners),
                       options.log_interval, jax.random.PRNGKey(self.seed + 1),
                       Progress(records=len(logger.records)),
+                      evaluate=self._evaluator(evaluation) if evaluation else None,
                       fail_after_first_update=options.inject_failure == "learner")
     if checkpointer is not None:
       if checkpointer.latest() is not None:
@@ -185,6 +193,8 @@ class Sebulba(Runtime):
           self._save(checkpointer, state, learner)
       finally:
         self._drain(records, logger)
+        if learner.evaluate is not None:
+          learner.evaluate.close()
         if self.replay is not None:
           self.replay.close()
     return state
@@ -245,3 +255,27 @@ class Sebulba(Runtime):
   def _drain(records: "queue.Queue", logger) -> None:
     for record in threads.drain(records):
       logger.write(record, compile_step=record.pop("first", False))
+
+
+class HostEvaluator:
+  """`eval_return` for the learner thread (podracer/evaluation.py): the agent's evaluation
+  policy on a host environment of `evaluation.episodes` environments, built on first use."""
+
+  def __init__(self, agent: Agent, env_factory: Callable[..., Any], evaluation: Any,
+               seed: int):
+    self.agent, self.env_factory, self.evaluation, self.seed = (
+        agent, env_factory, evaluation, seed)
+    self._act = jax.jit(functools.partial(act_and_advance_key, agent.eval_act))
+    self._env = None
+
+  def __call__(self, params: Any, env_steps_before: int, env_steps: int) -> Optional[float]:
+    if not self.evaluation.due(env_steps_before, env_steps):
+      return None
+    if self._env is None:
+      self._env = self.env_factory(num_envs=self.evaluation.episodes, seed=self.seed)
+    return evaluation_lib.host_return(self._act, self.agent.init_eval_actor, self._env,
+                                      params, self.evaluation.key(env_steps))
+
+  def close(self) -> None:
+    if self._env is not None:
+      self._env.close()
