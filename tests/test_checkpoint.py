@@ -14,10 +14,11 @@ import time
 import pytest
 
 from agents.ppo import config as ppo_config
-from podracer import workdir
+from podracer import tensorboard, workdir
 from podracer.errors import ConfigError
 from tests.reverb_support import requires_reverb
 from tests.test_preemption import wait_for_records
+from tests.test_tensorboard import assert_same, scalars_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Times and rates differ between runs; everything else must not.
@@ -80,6 +81,9 @@ def test_sigterm_then_relaunch_gives_the_records_of_an_uninterrupted_run(case, t
   assert again.returncode == 0, stderr
   assert "resuming the run" in stdout
   assert records(run_dir) == expected
+  # TensorBoard holds each step once, with the values metrics.jsonl has.
+  written = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+  assert_same(tensorboard.read_scalars(str(run_dir)), scalars_of(written))
 
 
 def stop_once(process, run_dir, reached, timeout=180):
