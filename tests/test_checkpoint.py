@@ -1,6 +1,6 @@
 """Checkpoints and resume: an Anakin run stopped by SIGTERM and relaunched gives the
 records an uninterrupted run gives, on 8 devices; a Sebulba run goes on from its learner's
-state and counters."""
+state and counters (and its Reverb table, in the reverb lane); typed PRNG keys survive."""
 
 import json
 import os
@@ -11,10 +11,13 @@ import subprocess
 import sys
 import time
 
+import jax
+import numpy as np
 import pytest
 
 from agents.ppo import config as ppo_config
 from podracer import tensorboard, workdir
+from podracer.checkpoint import Checkpointer
 from podracer.errors import ConfigError
 from tests.reverb_support import requires_reverb
 from tests.test_preemption import wait_for_records
@@ -186,3 +189,25 @@ def test_sebulba_checkpoints_the_reverb_table_and_resumes_from_it(tmp_path):
   assert after and saved <= after[0]["env_steps"] < after[-1]["env_steps"], (saved, after)
   # A new table would start empty and hold a few hundred items at the first update.
   assert all(r["replay_size"] == 1000 for r in after), [r["replay_size"] for r in after]
+
+
+def test_typed_prng_keys_come_back_typed_with_their_impl_and_data(tmp_path):
+  pytest.importorskip("orbax.checkpoint")
+  state = dict(key=jax.random.key(7), keys=jax.random.split(jax.random.key(1), 3),
+               rbg=jax.random.key(2, impl="rbg"), raw=jax.random.PRNGKey(3),
+               params=np.arange(4.0, dtype=np.float32))
+  Checkpointer(str(tmp_path)).save(5, state, num_records=2, env_steps=640)
+  like = dict(state, key=jax.random.key(0), keys=jax.random.split(jax.random.key(0), 3),
+              rbg=jax.random.key(0, impl="rbg"))
+  restored, step = Checkpointer(str(tmp_path)).restore(like)
+  assert step == 5
+  for name in ("key", "keys", "rbg"):
+    assert jax.dtypes.issubdtype(restored[name].dtype, jax.dtypes.prng_key), name
+    assert jax.random.key_impl(restored[name]) == jax.random.key_impl(state[name])
+    np.testing.assert_array_equal(jax.random.key_data(restored[name]),
+                                  jax.random.key_data(state[name]))
+  # A restored key draws what the saved one drew.
+  np.testing.assert_array_equal(jax.random.normal(restored["key"], (3,)),
+                                jax.random.normal(state["key"], (3,)))
+  np.testing.assert_array_equal(restored["raw"], state["raw"])
+  np.testing.assert_array_equal(restored["params"], state["params"])
