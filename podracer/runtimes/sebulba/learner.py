@@ -146,7 +146,7 @@ class Learner:
     self.num_learners, self.log_interval = num_learners, log_interval
     self.key, self.progress = key, progress or Progress()
     self.checkpoint = checkpoint
-    # `evaluate(params, env_steps_before, env_steps)`: an `eval_return` when one is due.
+    # `evaluate(nets [L, ...], env_steps_before, env_steps)`: an `eval_return` when due.
     self.evaluate = evaluate
     self.fail_after_first_update = fail_after_first_update
 
@@ -189,7 +189,7 @@ class Learner:
       state[:] = list(new_state)
       self.key, progress.updates = key, progress.updates + 1
       if self.evaluate is not None:
-        value = self.evaluate(first_replica(state[0]), evaluated_at, progress.env_steps)
+        value = self.evaluate(state[0], evaluated_at, progress.env_steps)
         evaluated_at = progress.env_steps
         if value is not None:
           window.add_mean("eval_return", value)

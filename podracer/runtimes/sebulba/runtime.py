@@ -268,13 +268,14 @@ class HostEvaluator:
     self._act = jax.jit(functools.partial(act_and_advance_key, agent.eval_act))
     self._env = None
 
-  def __call__(self, params: Any, env_steps_before: int, env_steps: int) -> Optional[float]:
+  def __call__(self, nets: Any, env_steps_before: int, env_steps: int) -> Optional[float]:
+    """Replica 0's `eval_return` if an evaluation is due, else None."""
     if not self.evaluation.due(env_steps_before, env_steps):
       return None
     if self._env is None:
       self._env = self.env_factory(num_envs=self.evaluation.episodes, seed=self.seed)
     return evaluation_lib.host_return(self._act, self.agent.init_eval_actor, self._env,
-                                      params, self.evaluation.key(env_steps))
+                                      first_replica(nets), self.evaluation.key(env_steps))
 
   def close(self) -> None:
     if self._env is not None:
