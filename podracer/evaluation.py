@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import threading
 from typing import Any, Callable, Optional
 
 import jax
@@ -83,8 +84,10 @@ def jax_return(agent: Any, env: Any, nets: Any, key: jax.Array) -> jax.Array:
 
 
 def host_return(act: Callable[..., Any], init_actor: Callable[..., Any], env: Any,
-                nets: Any, key: jax.Array) -> float:
-  """Mean return of one episode in each of the host `env`'s environments.
+                nets: Any, key: jax.Array,
+                stop: Optional[threading.Event] = None) -> Optional[float]:
+  """Mean return of one episode in each of the host `env`'s environments; None if the
+  run `stop`s first (a stopping run must not wait for long episodes).
 
   `act(nets, actor_state, timestep, key) -> (ActorOutput, actor_state, key)` is the
   jitted evaluation policy (Sebulba's `act_and_advance_key` of `agent.eval_act`);
@@ -99,6 +102,8 @@ def host_return(act: Callable[..., Any], init_actor: Callable[..., Any], env: An
   for _ in range(MAX_STEPS):
     if finished.all():
       break
+    if stop is not None and stop.is_set():
+      return None
     out, actor_state, key = act(nets, actor_state, timestep, key)
     timestep, stats = env.step(np.asarray(out.action))
     done = np.asarray(stats.done, bool)

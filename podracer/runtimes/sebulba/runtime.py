@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import os
 import queue
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -131,9 +132,9 @@ class Sebulba(Runtime):
 
   # -- threads ---------------------------------------------------------------------
 
-  def _evaluator(self, evaluation: Any) -> "HostEvaluator":
+  def _evaluator(self, evaluation: Any, stop: threading.Event) -> "HostEvaluator":
     return HostEvaluator(self.agent, self.env_factory, evaluation,
-                         seed=self.seed * 10_000 + 9_999)
+                         seed=self.seed * 10_000 + 9_999, stop=stop)
 
   def run(self, logger, checkpointer: Optional[Any] = None,
           evaluation: Optional[Any] = None) -> List[Any]:
@@ -163,7 +164,6 @@ class Sebulba(Runtime):
     learner = Learner(source, store, records, self.plan, len(learners),
                       options.log_interval, jax.random.PRNGKey(self.seed + 1),
                       Progress(records=len(logger.records)),
-                      evaluate=self._evaluator(evaluation) if evaluation else None,
                       fail_after_first_update=options.inject_failure == "learner")
     if checkpointer is not None:
       if checkpointer.latest() is not None:
@@ -175,6 +175,8 @@ class Sebulba(Runtime):
       learner.checkpoint = checkpoint_if_due
     store.push(first_replica(state[0]), version=learner.progress.updates)
     group = threads.ThreadGroup()
+    if evaluation is not None:
+      learner.evaluate = self._evaluator(evaluation, group.stop)
     save_at_end = checkpointer is not None
     try:
       self._spawn_actors(group, store, output, restart=learner.progress.updates)
@@ -262,9 +264,9 @@ class HostEvaluator:
   policy on a host environment of `evaluation.episodes` environments, built on first use."""
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], evaluation: Any,
-               seed: int):
-    self.agent, self.env_factory, self.evaluation, self.seed = (
-        agent, env_factory, evaluation, seed)
+               seed: int, stop: threading.Event):
+    self.agent, self.env_factory, self.evaluation, self.seed, self.stop = (
+        agent, env_factory, evaluation, seed, stop)
     self._act = jax.jit(functools.partial(act_and_advance_key, agent.eval_act))
     self._env = None
 
@@ -275,7 +277,8 @@ class HostEvaluator:
     if self._env is None:
       self._env = self.env_factory(num_envs=self.evaluation.episodes, seed=self.seed)
     return evaluation_lib.host_return(self._act, self.agent.init_eval_actor, self._env,
-                                      first_replica(nets), self.evaluation.key(env_steps))
+                                      first_replica(nets), self.evaluation.key(env_steps),
+                                      self.stop)
 
   def close(self) -> None:
     if self._env is not None:
