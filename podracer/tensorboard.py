@@ -16,6 +16,7 @@ import math
 import os
 import struct
 import sys
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 EVENTS_PREFIX = "events.out.tfevents."
@@ -27,9 +28,10 @@ class TensorBoardWriter:
 
   def __init__(self, logdir: str):
     from tensorboardX import SummaryWriter  # Lazy: only runs with a workdir import it.
-    # The pid keeps a resumed run's file apart from those it replaces, even within a second.
+    # Names are per second; the suffix keeps a resumed run's file apart from those it
+    # replaces, even within one second of them.
     self._writer = SummaryWriter(logdir=logdir, flush_secs=FLUSH_SECONDS,
-                                 filename_suffix=f".{os.getpid()}")
+                                 filename_suffix=f".{os.getpid()}.{time.time_ns()}")
 
   def write(self, record: Dict[str, Any]) -> None:
     step = int(record["env_steps"])
