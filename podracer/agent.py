@@ -113,6 +113,17 @@ class Agent(abc.ABC):
           key: jax.Array) -> Tuple[ActorOutput, PyTree]:
     """Actions for a batch of timesteps [B, ...], and the next actor state."""
 
+  def init_eval_actor(self, key: jax.Array, num_envs: int) -> PyTree:
+    """The evaluation policy's actor state (podracer/evaluation.py); `init_actor`'s by
+    default."""
+    return self.init_actor(key, num_envs)
+
+  def eval_act(self, nets: PyTree, actor_state: PyTree, timestep: TimeStep,
+               key: jax.Array) -> Tuple[ActorOutput, PyTree]:
+    """The evaluation policy (podracer/evaluation.py): by default the training policy,
+    `act`; actor-critic agents act greedily (the logits' argmax, a Gaussian's mean)."""
+    return self.act(nets, actor_state, timestep, key)
+
   @abc.abstractmethod
   def observe(self, experience: PyTree, trajectory: Trajectory) -> PyTree:
     """Adds one trajectory to the experience (keeps it, or writes it to replay)."""
@@ -128,6 +139,11 @@ class Agent(abc.ABC):
   def update(self, nets: PyTree, opt: PyTree, experience: PyTree,
              key: jax.Array) -> Tuple[PyTree, PyTree, PyTree, Metrics]:
     """One learner update; `podracer.learning.gradient_step` applies the objectives."""
+
+
+def greedy(logits: jax.Array) -> ActorOutput:
+  """The most probable of categorical actions, as an evaluation policy returns them."""
+  return ActorOutput(jnp.argmax(logits, axis=-1).astype(jnp.int32), {})
 
 
 def dummy_observation(spec: EnvSpec) -> PyTree:

@@ -22,7 +22,7 @@ import inspect
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO
 
-from podracer import checkpoint, compose, contracts, guards, registry
+from podracer import checkpoint, compose, contracts, evaluation, guards, registry
 from podracer.errors import ConfigError
 from podracer.metrics import LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
@@ -57,11 +57,11 @@ class Experiment:
                                          resume_records=resumed,
                                          **_log_options(self.config))
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
+    # What the runtime's `run` takes of checkpoints and evaluation, when asked for.
+    extras = dict(checkpointer=checkpointer,
+                  evaluation=evaluation.for_run(self.config, self.runtime))
     try:
-      if checkpointer:
-        self.runtime.run(watched, checkpointer=checkpointer)
-      else:
-        self.runtime.run(watched)
+      self.runtime.run(watched, **{k: v for k, v in extras.items() if v is not None})
     finally:
       logger.close(title=_title(self.config))
       if checkpointer:

@@ -1,12 +1,18 @@
-"""Checkpoints of a run's whole state, written with orbax-checkpoint, and exact resume.
+"""Checkpoints of a run's whole state, written with orbax-checkpoint, and resume.
 
-A runtime that can resume (Anakin) takes a `Checkpointer` and calls `maybe_save` after
-each metrics record, `save` at the end and when it is stopped (SIGTERM, Ctrl-C), and
-`restore` before its first step. A checkpoint holds the runtime's state pytree (networks,
-optimizer state, experience / device replay, environment states, RNG keys, all replicas)
-and, beside it, the step counter and how many records `metrics.jsonl` had, so that a
-resumed run drops the records written after the checkpoint, appends from there, and
-repeats exactly what the uninterrupted run would have done.
+A runtime that can resume takes a `Checkpointer` in its `run` and calls `maybe_save`
+as it goes, `save` at the end and when it is stopped (SIGTERM, Ctrl-C), and `restore`
+before its first step. A checkpoint holds the runtime's state pytree and, beside it (JSON),
+the step, how many records `metrics.jsonl` had and the runtime's counters, so that a
+resumed run drops the records written after the checkpoint and appends from there.
+
+  Anakin   the whole program state (networks, optimizer state, device replay, environment
+           states, RNG keys, all replicas): a resumed run repeats exactly what the
+           uninterrupted run would have done.
+  Sebulba  the learner's state (networks, optimizer state, device replay, RNG key) and its
+           counters (env steps, updates, episodes); a Reverb replay checkpoints itself
+           through its client (`save_replay`). Host environments are not saved: resumed
+           actors start new episodes, and the episodes in flight at the checkpoint are lost.
 
 Checkpoints live in WORKDIR/checkpoints/<call>/. Orbax writes each one under a temporary
 name and renames it when complete, so a crash while saving never leaves a broken latest
@@ -57,38 +63,49 @@ class Checkpointer:
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
     self._ocp = ocp
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
-    self.interval = interval
+    self.interval, self.keep = interval, keep
     self._manager = ocp.CheckpointManager(
         self.directory, options=ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=False))
     self._last_save = time.monotonic()
     self.saved_step: Optional[int] = None
+    self.saved_env_steps: Optional[int] = None
 
   def latest(self) -> Optional[int]:
     return self._manager.latest_step()
 
-  def num_records(self) -> Optional[int]:
-    """How many metrics records the latest checkpoint's run had written, or None."""
+  def meta(self) -> Optional[Dict[str, Any]]:
+    """The latest checkpoint's JSON side: step, records, the runtime's counters; or None."""
     step = self.latest()
     if step is None:
       return None
-    meta = self._manager.restore(step, args=self._ocp.args.Composite(
-        meta=self._ocp.args.JsonRestore()))["meta"]
-    return int(meta["records"])
+    return dict(self._manager.restore(step, args=self._ocp.args.Composite(
+        meta=self._ocp.args.JsonRestore()))["meta"])
 
-  def maybe_save(self, step: int, state: Any, num_records: int) -> None:
-    if time.monotonic() - self._last_save >= self.interval:
-      self.save(step, state, num_records)
+  def num_records(self) -> Optional[int]:
+    """How many metrics records the latest checkpoint's run had written, or None."""
+    meta = self.meta()
+    return None if meta is None else int(meta["records"])
 
-  def save(self, step: int, state: Any, num_records: int) -> None:
-    if self._manager.latest_step() == step:
-      return
+  def due(self) -> bool:
+    return time.monotonic() - self._last_save >= self.interval
+
+  def maybe_save(self, step: int, state: Any, num_records: int, **counters: Any) -> None:
+    if self.due():
+      self.save(step, state, num_records, **counters)
+
+  def save(self, step: int, state: Any, num_records: int, **counters: Any) -> None:
+    """Saves `state` as checkpoint `step`; `counters` (JSON: env_steps, ...) beside it."""
+    if self._manager.latest_step() != step:  # Else saved already (or resumed from).
+      self._save(step, state, num_records, counters)
+    self.saved_step, self.saved_env_steps = step, counters.get("env_steps")
+
+  def _save(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
     self._manager.save(step, args=self._ocp.args.Composite(
         state=self._ocp.args.StandardSave(_host_leaves(state)),
-        meta=self._ocp.args.JsonSave(dict(step=step, records=num_records))))
+        meta=self._ocp.args.JsonSave(dict(counters, step=step, records=num_records))))
     self._manager.wait_until_finished()
     self._last_save = time.monotonic()
-    self.saved_step = step
 
   def restore(self, like: Any) -> Tuple[Any, int]:
     """The latest checkpoint's state (host arrays, the pytree of `like`) and its step."""

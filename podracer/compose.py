@@ -43,6 +43,8 @@ RUN_KEYS = {
     "checkpoint_interval": "podracer/checkpoint.py",
     "checkpoints_to_keep": "podracer/checkpoint.py",
     "log": "podracer/metrics.py",  # log.progress_metrics
+    "eval_interval": "podracer/evaluation.py",
+    "eval_episodes": "podracer/evaluation.py",
 }
 
 # Sections every run builds, and the registry each names a component of.

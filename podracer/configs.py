@@ -21,16 +21,19 @@ from podracer.metrics import PROGRESS_METRICS
 
 def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   """The header every config has: seed, step budget, optional target return, what a
-  non-finite loss does (podracer/guards.py) and checkpoints (podracer/checkpoint.py)."""
+  non-finite loss does (podracer/guards.py), checkpoints (podracer/checkpoint.py) and
+  evaluation (podracer/evaluation.py)."""
   c = config_dict.ConfigDict()
   c.seed = seed
   c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
   c.total_env_steps = total_env_steps
   c.nan_policy = "stop"  # Or "skip_update".
-  c.checkpoint_interval = 600.0  # Seconds between checkpoints (Anakin; also at the end).
+  c.checkpoint_interval = 600.0  # Seconds between checkpoints (also at the end).
   c.checkpoints_to_keep = 3
   # Which learner metrics the progress line shows (any a loss returns; metrics.jsonl has all).
   c.log = config_dict.ConfigDict(dict(progress_metrics=PROGRESS_METRICS))
+  c.eval_interval = 0  # Env steps between evaluations of the greedy policy (0: none).
+  c.eval_episodes = 10  # Episodes per evaluation (podracer/evaluation.py).
   return c
 
 
@@ -121,11 +124,13 @@ def impala_resnet() -> config_dict.ConfigDict:
 def replay(name: str, batch_size: int, max_size: int, min_size: int,
            samples_per_insert: Optional[float]) -> config_dict.ConfigDict:
   """Keys both replays take (`device`, `reverb`), so `replay.name` switches between them;
-  `address` (reverb) joins an existing Reverb server."""
+  `address` (reverb) joins an existing Reverb server; `checkpoint=True` (reverb) puts
+  the table in the run's checkpoints (a device replay always is)."""
   return section(name, batch_size=batch_size, max_size=max_size, min_size=min_size,
                  samples_per_insert=samples_per_insert,
                  error_buffer=config_dict.placeholder(float), priority_exponent=0.9,
-                 initial_priority=1.0, address=config_dict.placeholder(str))
+                 initial_priority=1.0, address=config_dict.placeholder(str),
+                 checkpoint=config_dict.placeholder(bool))
 
 
 def getter(what: str, named: Dict[str, Callable[[], config_dict.ConfigDict]],

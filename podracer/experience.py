@@ -70,6 +70,9 @@ class HostReplay(Replay, Protocol):
   def info(self) -> Dict[str, int]: ...  # replay_size, replay_inserts, replay_samples
   #                                          (optional: replay_bytes)
   def close(self) -> None: ...
+  # Optional, for a replay the run's checkpoints include (`checkpointed`, the config's
+  # `replay.checkpoint`): `use_checkpoint_dir(path)` before `start` (where it saves, and
+  # starts from the latest checkpoint there), `checkpoint(keep)` with each of the run's.
 
 
 def host_replay(agent: Any) -> Optional[HostReplay]:

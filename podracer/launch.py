@@ -4,7 +4,7 @@
       [--config.KEY=VALUE ...]
 
 Writes DIR/config.json (the resolved config), DIR/metrics.jsonl, TensorBoard event files,
-checkpoints (Anakin) and, at the end, DIR/learning_curve.png. Relaunched into the same DIR
+checkpoints and, at the end, DIR/learning_curve.png. Relaunched into the same DIR
 it resumes from the latest checkpoint; `--fresh` moves a previous run aside instead
 (podracer/workdir.py). Exit status: 0 when the run ends, 2 with one paragraph saying why
 when the config cannot be built, 1 with the thread's traceback when a runtime thread fails,
@@ -85,10 +85,9 @@ def run(config, workdir=None, stream=sys.stdout, fresh=False):
     # The runtime stopped its threads and environments, and the logger wrote the plot.
     _report(dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt)),
             workdir, stream)
-    saved = getattr(experiment.checkpointer, "saved_step", None)
+    saved = getattr(experiment.checkpointer, "saved_env_steps", None)
     if saved is not None and stream:
-      stream.write(f"saved a checkpoint at env steps "
-                   f"{saved * experiment.plan.steps_per_call:,} in "
+      stream.write(f"saved a checkpoint at env steps {saved:,} in "
                    f"{experiment.checkpointer.directory}; relaunch to resume\n")
     raise
   except Exception:

@@ -60,7 +60,8 @@ class MetricsLogger:
         self.records = _truncate(path, resume_records)
         self._start -= self.records[-1]["wall_time"] if self.records else 0.0
       self._file = open(path, "w" if resume_records is None else "a")
-      self._tensorboard = tensorboard.open_writer(workdir)
+      self._tensorboard = tensorboard.open_writer(
+          workdir, resumed=self.records if resume_records is not None else None)
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
     record = {k: _plain(v) for k, v in record.items()}

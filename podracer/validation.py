@@ -22,7 +22,7 @@ POSITIVE_INTS = (
     "topology.num_devices", "topology.num_actors", "topology.num_learners",
     "agent.num_epochs", "agent.num_minibatches", "agent.n_step",
     "agent.target_update_period",
-    "replay.batch_size", "replay.max_size", "checkpoints_to_keep",
+    "replay.batch_size", "replay.max_size", "checkpoints_to_keep", "eval_episodes",
 )
 
 
@@ -50,6 +50,10 @@ def check_config(config: Any) -> None:
   if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
     raise ConfigError(f"Config key `checkpoint_interval` is the number of seconds between "
                       f"checkpoints, >= 0, got {interval!r}.")
+  every = config.get("eval_interval", 0)
+  if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+    raise ConfigError(f"Config key `eval_interval` is the number of env steps between "
+                      f"evaluations, an integer >= 0 (0: none), got {every!r}.")
   from podracer.guards import NAN_POLICIES  # Imports JAX: keep the file check above fast.
   policy = config.get("nan_policy", "stop")
   if policy not in NAN_POLICIES:

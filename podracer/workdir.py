@@ -73,7 +73,7 @@ def prepare(workdir: Optional[str], fresh: bool = False,
   if not has_checkpoint(workdir):
     raise ConfigError(
         f"--workdir={workdir} already holds a run ({records} records in {METRICS_FILE}) "
-        "with no checkpoint to resume from (only Anakin runs checkpoint), and a new run "
+        "with no checkpoint to resume from (it stopped before its first one), and a new run "
         f"would overwrite it: {again}")
   changed = _changed_keys(workdir, config)
   if changed:

@@ -1,19 +1,27 @@
-"""Checkpoints and exact resume: an Anakin run stopped by SIGTERM and relaunched gives the
-records an uninterrupted run gives, on 8 devices."""
+"""Checkpoints and resume: an Anakin run stopped by SIGTERM and relaunched gives the
+records an uninterrupted run gives, on 8 devices; a Sebulba run goes on from its learner's
+state and counters (and its Reverb table, in the reverb lane); typed PRNG keys survive."""
 
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
+import time
 
+import jax
+import numpy as np
 import pytest
 
 from agents.ppo import config as ppo_config
-from podracer import workdir
+from podracer import tensorboard, workdir
+from podracer.checkpoint import Checkpointer
 from podracer.errors import ConfigError
+from tests.reverb_support import requires_reverb
 from tests.test_preemption import wait_for_records
+from tests.test_tensorboard import assert_same, scalars_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Times and rates differ between runs; everything else must not.
@@ -34,10 +42,11 @@ CASES = {
 }
 
 
-def start(args, run_dir):
+def start(args, run_dir, devices=8):
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-             XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             JAX_PLATFORMS="cpu")
   return subprocess.Popen(
       [sys.executable, "-m", "podracer.launch", *args, "--config.checkpoint_interval=0",
        f"--workdir={run_dir}"],
@@ -75,6 +84,67 @@ def test_sigterm_then_relaunch_gives_the_records_of_an_uninterrupted_run(case, t
   assert again.returncode == 0, stderr
   assert "resuming the run" in stdout
   assert records(run_dir) == expected
+  # TensorBoard holds each step once, with the values metrics.jsonl has.
+  written = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+  assert_same(tensorboard.read_scalars(str(run_dir)), scalars_of(written))
+
+
+def stop_once(process, run_dir, reached, timeout=180):
+  """SIGTERMs the launcher `process` once a record is `reached`; the env steps of the
+  checkpoint it says it saved."""
+
+  def done():
+    try:
+      return any(reached(r) for r in records(run_dir))
+    except (OSError, ValueError):  # Not written yet, or a line half written.
+      return False
+
+  deadline = time.monotonic() + timeout
+  while not done():
+    assert process.poll() is None, process.communicate()[1]
+    assert time.monotonic() < deadline, f"no record reached the mark in {timeout} s"
+    time.sleep(0.2)
+  process.send_signal(signal.SIGTERM)
+  stdout, stderr = process.communicate(timeout=60)
+  assert process.returncode == 143, stderr
+  return int(re.search(r"saved a checkpoint at env steps ([\d,]+)", stdout)[1]
+             .replace(",", ""))
+
+
+# PPO learns CartPole in about 40k env steps at this learning rate; a record every second.
+SEBULBA = ["--config=agents/ppo/config.py:cartpole_sebulba",
+           "--config.optimizer.learning_rate=1e-3", "--config.checkpoint_interval=1"]
+
+
+def test_sebulba_resumes_its_learner_and_counters_after_sigterm(tmp_path):
+  pytest.importorskip("orbax.checkpoint")
+  run_dir = tmp_path / "run"
+  first = start(SEBULBA + ["--config.total_env_steps=1000000"], run_dir, devices=1)
+  saved = stop_once(first, run_dir, lambda r: r.get("episode_return", 0) >= 150)
+  before = records(run_dir)
+  trained = [r["episode_return"] for r in before if "episode_return" in r][-2:]
+
+  # Only the step budget may change: 20 more trajectories of 12 x 64 steps.
+  again = start(SEBULBA + [f"--config.total_env_steps={saved + 20 * 768}"], run_dir,
+                devices=1)
+  stdout, stderr = again.communicate(timeout=180)
+  assert again.returncode == 0, stderr
+  assert "resuming the run" in stdout
+  resumed = records(run_dir)
+  assert resumed[:len(before)] == before  # Appended to the first run's records.
+  after = resumed[len(before):]
+  # The env-step counter goes on from the checkpoint's (one trajectory is 768 steps).
+  assert saved < after[0]["env_steps"] <= saved + 3 * 768, (saved, after[0])
+  assert [r["env_steps"] for r in after] == sorted(r["env_steps"] for r in after)
+  assert after[-1]["env_steps"] >= saved + 20 * 768
+  # The resumed policy is the trained one. Its first update's entropy is not a fresh
+  # network's (ln 2 = 0.69: even odds).
+  assert after[0]["entropy"] < 0.67, after[0]
+  # Its return, over episodes that all started at the restart (so the short ones end
+  # first: over 20 trajectories every environment plays 1280 steps), is the run's.
+  episodes = sum(r.get("episodes", 0) for r in after)
+  mean = sum(r.get("episode_return", 0) * r.get("episodes", 0) for r in after) / episodes
+  assert mean >= 0.5 * sum(trained) / len(trained), (trained, mean)
 
 
 def test_a_checkpointed_run_with_another_config_is_refused(tmp_path):
@@ -89,3 +159,60 @@ def test_a_checkpointed_run_with_another_config_is_refused(tmp_path):
     workdir.prepare(str(tmp_path), config=config)
   assert "moved" in workdir.prepare(str(tmp_path), fresh=True, config=config)
   assert not (tmp_path / "checkpoints").exists()
+
+
+def test_sebulba_checkpoints_the_reverb_table_and_resumes_from_it(tmp_path):
+  reverb = requires_reverb()
+  pytest.importorskip("orbax.checkpoint")
+  from podracer.components.replay.reverb_server import make_table  # Imports Reverb.
+  args = ["--config=agents/r2d2/config.py:cartpole_sebulba", "--config.replay.checkpoint=True",
+          "--config.replay.max_size=1000", "--config.checkpoint_interval=1"]
+  run_dir = tmp_path / "run"
+  first = start(args + ["--config.total_env_steps=10000000"], run_dir, devices=1)
+  saved = stop_once(first, run_dir, lambda r: r.get("replay_size", 0) >= 1000)
+  before = records(run_dir)
+
+  # The table as the run saved it: full, with the priorities the learner wrote back.
+  server = reverb.Server(tables=[make_table(max_size=1000)], port=None,
+                         checkpointer=reverb.checkpointers.DefaultCheckpointer(
+                             path=str(run_dir / "checkpoints" / "reverb")))
+  try:
+    client = reverb.Client(f"localhost:{server.port}")
+    assert client.server_info()["replay"].current_size == 1000
+    priorities = {int(s.info.key): float(s.info.priority) for s in client.sample(
+        "replay", num_samples=200, emit_timesteps=False)}
+  finally:
+    server.stop()
+  assert len(set(priorities.values())) > 10, priorities  # Not the initial 1.0 for all.
+
+  again = start(args + [f"--config.total_env_steps={saved + 2400}"], run_dir, devices=1)
+  stdout, stderr = again.communicate(timeout=180)
+  assert again.returncode == 0, stderr
+  assert "resuming the run" in stdout
+  after = records(run_dir)[len(before):]
+  # The full table lets the learner update before any new env step arrives.
+  assert after and saved <= after[0]["env_steps"] < after[-1]["env_steps"], (saved, after)
+  # A new table would start empty and hold a few hundred items at the first update.
+  assert all(r["replay_size"] == 1000 for r in after), [r["replay_size"] for r in after]
+
+
+def test_typed_prng_keys_come_back_typed_with_their_impl_and_data(tmp_path):
+  pytest.importorskip("orbax.checkpoint")
+  state = dict(key=jax.random.key(7), keys=jax.random.split(jax.random.key(1), 3),
+               rbg=jax.random.key(2, impl="rbg"), raw=jax.random.PRNGKey(3),
+               params=np.arange(4.0, dtype=np.float32))
+  Checkpointer(str(tmp_path)).save(5, state, num_records=2, env_steps=640)
+  like = dict(state, key=jax.random.key(0), keys=jax.random.split(jax.random.key(0), 3),
+              rbg=jax.random.key(0, impl="rbg"))
+  restored, step = Checkpointer(str(tmp_path)).restore(like)
+  assert step == 5
+  for name in ("key", "keys", "rbg"):
+    assert jax.dtypes.issubdtype(restored[name].dtype, jax.dtypes.prng_key), name
+    assert jax.random.key_impl(restored[name]) == jax.random.key_impl(state[name])
+    np.testing.assert_array_equal(jax.random.key_data(restored[name]),
+                                  jax.random.key_data(state[name]))
+  # A restored key draws what the saved one drew.
+  np.testing.assert_array_equal(jax.random.normal(restored["key"], (3,)),
+                                jax.random.normal(state["key"], (3,)))
+  np.testing.assert_array_equal(restored["raw"], state["raw"])
+  np.testing.assert_array_equal(restored["params"], state["params"])

@@ -62,3 +62,20 @@ def test_non_finite_values_are_left_out_and_the_rest_written(tmp_path):
       "loss": [(20, 1.5)], "sps": [(10, 5.0), (20, 6.0)],
       "wall_time": [(10, pytest.approx(logger.records[0]["wall_time"], rel=1e-6)),
                     (20, pytest.approx(logger.records[1]["wall_time"], rel=1e-6))]}
+
+
+def test_a_resumed_run_rewrites_no_step_and_keeps_the_values_of_metrics_jsonl(tmp_path):
+  first = MetricsLogger(str(tmp_path), stream=None)
+  for step in range(1, 6):
+    first.write(dict(env_steps=10 * step, loss=float(step)))
+  first.close()
+  # Resumed from a checkpoint taken after 3 records: steps 40 and 50 are taken again.
+  resumed = MetricsLogger(str(tmp_path), stream=None, resume_records=3)
+  for step in (4, 5, 6):
+    resumed.write(dict(env_steps=10 * step, loss=-float(step)))
+  resumed.close()
+  records = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert [r["loss"] for r in records] == [1, 2, 3, -4, -5, -6]
+  found = tensorboard.read_scalars(str(tmp_path))
+  assert found["loss"] == [(10, 1), (20, 2), (30, 3), (40, -4), (50, -5), (60, -6)]
+  assert_same(found, scalars_of(records))

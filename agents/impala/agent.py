@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from podracer import registry
-from podracer.agent import Agent
+from podracer.agent import Agent, greedy
 from podracer.components.losses import categorical_log_prob, vtrace_batch
 from podracer.contracts import actor_critic_outputs
 from podracer.learning import Objective, gradient_step
@@ -40,6 +40,10 @@ class IMPALA(Agent):
     action = jax.random.categorical(key, logits).astype(jnp.int32)
     extras = dict(log_prob=categorical_log_prob(logits, action))
     return ActorOutput(action, extras), actor_state
+
+  def eval_act(self, nets, actor_state, timestep: TimeStep, key):
+    del key  # Greedy.
+    return greedy(self.network.apply(nets, timestep.observation).logits), actor_state
 
   def observe(self, experience, trajectory: Trajectory) -> Trajectory:
     del experience  # On-policy up to the actors' lag: learn from the newest trajectory.

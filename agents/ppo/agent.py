@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from podracer import registry
-from podracer.agent import Agent
+from podracer.agent import Agent, greedy
 from podracer.components.losses import (PolicyGradientBatch, categorical_log_prob,
                                         policy_gradient_batch)
 from podracer.contracts import actor_critic_outputs
@@ -50,6 +50,10 @@ class PPO(Agent):
     action = jax.random.categorical(key, out.logits).astype(jnp.int32)
     extras = dict(log_prob=categorical_log_prob(out.logits, action), value=out.value)
     return ActorOutput(action, extras), actor_state
+
+  def eval_act(self, nets, actor_state, timestep: TimeStep, key):
+    del key  # Greedy.
+    return greedy(self.network.apply(nets, timestep.observation).logits), actor_state
 
   def observe(self, experience, trajectory: Trajectory) -> Trajectory:
     del experience  # On-policy: learn from the newest trajectory only.

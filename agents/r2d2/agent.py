@@ -92,7 +92,7 @@ class R2D2(Agent):
                target_update_period: int = 2500, importance_sampling_exponent: float = 0.6,
                priority_eta: float = 0.9, epsilon_base: float = 0.4,
                epsilon_alpha: float = 7.0, epsilon_anneal_steps: int = 0,
-               value_rescaling_eps: float = 1e-3):
+               value_rescaling_eps: float = 1e-3, eval_epsilon: float = 0.001):
     super().__init__(spec, network, [Objective("r2d2", self._loss, optimizer)], replay)
     if n_step < 1 or burn_in < 0:
       raise ValueError(f"`agent.n_step` must be >= 1 and `agent.burn_in` >= 0, got "
@@ -108,6 +108,8 @@ class R2D2(Agent):
     # Ape-X's hundreds of actors explore plenty with fixed epsilons; a few dozen
     # environments may first need a spell of mostly random actions (0: the paper's).
     self.epsilon_anneal_steps = epsilon_anneal_steps
+    # The evaluation policy keeps a small exploration rate (`eval_return` includes it).
+    self.eval_epsilon = eval_epsilon
     self.tx_pair = rlax.TxPair(
         lambda x: rlax.signed_hyperbolic(x, value_rescaling_eps),
         lambda x: rlax.signed_parabolic(x, value_rescaling_eps))
@@ -123,6 +125,12 @@ class R2D2(Agent):
     return R2D2ActorState(self.network.initial_state(num_envs),
                           apex_epsilons(num_envs, self.epsilon_base, self.epsilon_alpha),
                           jnp.zeros((num_envs,), jnp.int32))
+
+  def init_eval_actor(self, key, num_envs):
+    """`eval_epsilon` for every environment, annealing already over."""
+    state = self.init_actor(key, num_envs)
+    return state._replace(epsilon=jnp.full((num_envs,), self.eval_epsilon, jnp.float32),
+                          steps=jnp.full((num_envs,), self.epsilon_anneal_steps, jnp.int32))
 
   # -- the network's contract (podracer/contracts.py) --------------------------------
 

@@ -105,6 +105,10 @@ class SAC(Agent):
     action, _ = self.actor.sample(nets["actor"], timestep.observation, key)
     return ActorOutput(action, {}), actor_state
 
+  def eval_act(self, nets, actor_state, timestep: TimeStep, key):
+    del key  # The squashed Gaussian's mean.
+    return ActorOutput(self.actor.mode(nets["actor"], timestep.observation), {}), actor_state
+
   def replay_items(self, trajectory: Trajectory) -> Transition:
     return transitions(trajectory)[0]
 

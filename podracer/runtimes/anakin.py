@@ -9,12 +9,14 @@ devices with the state donated, so the host only launches it and reads metrics.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer import evaluation as evaluation_lib
 from podracer import preemption, registry, trajectories
 from podracer.agent import Agent
 from podracer.components.environments.base import VectorEnv, VectorEnvState
@@ -158,11 +160,21 @@ class Anakin(Runtime):
     metrics, episodes = jax.device_get(jax.tree.map(lambda x: x[0], (metrics, episodes)))
     return state, metrics, episodes
 
+  def _evaluator(self, evaluation: Any) -> Callable[[AnakinState, int], float]:
+    """`eval_return` of replica 0's parameters, on a fresh batch of environments."""
+    play = jax.jit(functools.partial(evaluation_lib.jax_return, self.agent,
+                                     VectorEnv(self.env.env, evaluation.episodes)))
+    return lambda state, env_steps: float(play(
+        jax.tree.map(lambda x: x[0], state.agent.nets), evaluation.key(env_steps)))
+
   def run(self, logger, state: Optional[AnakinState] = None,
-          checkpointer: Optional[Any] = None) -> AnakinState:
+          checkpointer: Optional[Any] = None, evaluation: Optional[Any] = None
+          ) -> AnakinState:
     """Runs the remaining calls; with a `checkpointer` (podracer/checkpoint.py), first
-    resumes from its latest checkpoint and saves as it goes, at the end and when stopped."""
+    resumes from its latest checkpoint and saves as it goes, at the end and when stopped;
+    with an `evaluation` (podracer/evaluation.py), adds `eval_return` to records."""
     state = self.init() if state is None else state
+    evaluate = self._evaluator(evaluation) if evaluation is not None else None
     first_call = 0
     if checkpointer is not None and checkpointer.latest() is not None:
       state, first_call = checkpointer.restore(state)
@@ -182,22 +194,28 @@ class Anakin(Runtime):
           # Each column summed alone, in float32, as the program's totals are kept.
           window.add_steps(self.steps_per_call, np.ascontiguousarray(episodes.T).sum(axis=1))
           window.metrics = metrics
-          record = window.record(env_steps=(call + 1) * self.steps_per_call,
+          env_steps = (call + 1) * self.steps_per_call
+          record = window.record(env_steps=env_steps,
                                  updates=(call + 1) * self.updates_per_call)
+          if evaluate and evaluation.due(env_steps - self.steps_per_call, env_steps):
+            record["eval_return"] = evaluate(state, env_steps)
           if meter:
             record.update(meter.rates(*device_counts(replay, state.agent.experience)))
           logger.write(record, compile_step=(call == first_call))
           done = call + 1
           if checkpointer is not None:
-            checkpointer.maybe_save(done, state, len(logger.records))
+            checkpointer.maybe_save(done, state, len(logger.records),
+                                    env_steps=done * self.steps_per_call)
         if logger.target_reached:
           break
     except KeyboardInterrupt:
       # Ctrl-C is not deferred and may have cut a step short, leaving a donated state.
       if checkpointer is not None and not any(
           x.is_deleted() for x in jax.tree.leaves(state)):
-        checkpointer.save(done, state, len(logger.records))
+        checkpointer.save(done, state, len(logger.records),
+                          env_steps=done * self.steps_per_call)
       raise
     if checkpointer is not None:
-      checkpointer.save(done, state, len(logger.records))
+      checkpointer.save(done, state, len(logger.records),
+                        env_steps=done * self.steps_per_call)
     return state

@@ -53,6 +53,8 @@ class DeviceReplay:
       insert pace). None: no limit.
     error_buffer: slack of that limit; default max(1, samples_per_insert) * batch_size.
     address: Reverb's server address; must stay None (this replay has no server).
+    checkpoint: None or True: the buffer is part of the learner's state, which every
+      checkpoint of the run holds (podracer/checkpoint.py); it cannot be left out.
   """
 
   kind = "device"
@@ -60,7 +62,11 @@ class DeviceReplay:
   def __init__(self, max_size: int, batch_size: int, priority_exponent: float = 0.9,
                min_size: int = 1, initial_priority: float = 1.0,
                samples_per_insert: Optional[float] = None,
-               error_buffer: Optional[float] = None, address: Optional[str] = None):
+               error_buffer: Optional[float] = None, address: Optional[str] = None,
+               checkpoint: Optional[bool] = None):
+    if checkpoint is False:
+      raise ValueError("`checkpoint=False`: this replay's buffer is part of the learner's "
+                       "state, which every checkpoint holds; it cannot be left out.")
     if address is not None:
       raise ValueError(f"`address` ({address!r}) names a Reverb server, but this replay "
                        "lives on the devices; use `replay.name=reverb` to join a server.")

@@ -23,6 +23,8 @@ methods run, in the default install lane, which has no Reverb.
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -104,6 +106,11 @@ class ReverbReplay(SampledBatch):
     table: the table's name.
     checkpoint_dir: the embedded server checkpoints there, and starts from the latest
       checkpoint found there.
+    checkpoint: the run's checkpoints include the table (podracer/checkpoint.py): each
+      one also has the server write a Reverb checkpoint (through the client), into
+      `checkpoint_dir`, by default WORKDIR/checkpoints/reverb/, and a resumed run's
+      embedded server starts from the latest. A joined server (`address`) writes into
+      its own --checkpoint_dir and restores from it when restarted.
     timeout: seconds any call waits before raising ReplayTimeout (rate limiter, on a live
       server) or ReplayUnavailableError (server gone). Short, so that a stopping run's
       threads notice within seconds; runtimes retry ReplayTimeout.
@@ -114,7 +121,8 @@ class ReverbReplay(SampledBatch):
                error_buffer: Optional[float] = None, priority_exponent: float = 0.9,
                initial_priority: float = 1.0, address: Optional[str] = None,
                port: Optional[int] = None, table: str = "replay",
-               checkpoint_dir: Optional[str] = None, timeout: float = 2.0):
+               checkpoint_dir: Optional[str] = None, timeout: float = 2.0,
+               checkpoint: Optional[bool] = None):
     check_table_args(max_size=max_size, min_size=min_size, batch_size=batch_size,
                      samples_per_insert=samples_per_insert, error_buffer=error_buffer,
                      priority_exponent=priority_exponent, initial_priority=initial_priority,
@@ -138,6 +146,7 @@ class ReverbReplay(SampledBatch):
     self.priority_exponent = float(priority_exponent)
     self.initial_priority = float(initial_priority)
     self.port, self.table, self.checkpoint_dir = port, table, checkpoint_dir
+    self.checkpointed = bool(checkpoint)
     self.timeout = float(timeout)
     self._address = address
     self._server = None
@@ -285,11 +294,25 @@ class ReverbReplay(SampledBatch):
         # Items sampled at least once, of those still in the table.
         replay_unique_samples=int(table.num_unique_samples))
 
-  def checkpoint(self) -> str:
-    """Has the server write a checkpoint; returns its path."""
+  def use_checkpoint_dir(self, path: str) -> None:
+    """Before `start`: the embedded server checkpoints into `path` (unless the config
+    named a `checkpoint_dir`) and starts from the latest checkpoint there."""
+    if self._address is None and self.checkpoint_dir is None:
+      self.checkpoint_dir = path
+
+  def checkpoint(self, keep: Optional[int] = None) -> str:
+    """Has the server write a checkpoint; returns its path. With `keep`, deletes all but
+    the newest `keep` checkpoints beside it (Reverb names them by time)."""
     self._check_usable("checkpoint")
     client = self._client()
-    return self._call("checkpoint", client.checkpoint)
+    path = self._call("checkpoint", client.checkpoint)
+    if keep and self._server is not None:  # Only an embedded server's files are ours.
+      parent = os.path.dirname(path.rstrip("/"))
+      done = sorted(name for name in os.listdir(parent)
+                    if os.path.isdir(os.path.join(parent, name)) and not name.startswith("."))
+      for name in done[:-keep]:
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return path
 
   def close(self) -> None:
     """Stops the embedded server (a joined one keeps running); later calls raise."""

@@ -134,17 +134,21 @@ class Actor:
 
   def __init__(self, agent: Agent, act: Callable[..., Any], env_factory: Callable[..., Any],
                device: jax.Device, index: int, seed: int, num_envs: int,
-               rollout_length: int, store: ParamsStore, output: Any,
+               rollout_length: int, store: ParamsStore, output: Any, restart: int = 0,
                fail_after_first_batch: bool = False):
     self.agent, self.act, self.device, self.store, self.output = (
         agent, act, device, store, output)
     self.num_envs, self.rollout_length = num_envs, rollout_length
     self.fail_after_first_batch = fail_after_first_batch
     self.env_factory, self.index, self.seed = env_factory, index, seed
+    # A resumed run's actors (restart: the update it resumed at) draw new environments
+    # and actions rather than repeat the first run's.
+    self.restart = restart
 
   def run(self, stop: threading.Event) -> None:
     # Built on the actor's own thread, so a failing environment fails that thread.
-    env = self.env_factory(num_envs=self.num_envs, seed=self.seed * 10_000 + self.index)
+    env = self.env_factory(num_envs=self.num_envs, seed=(
+        self.seed * 10_000 + self.index + 7_919 * self.restart) % 2**31)
     try:
       self._loop(env, stop)
     finally:
@@ -152,7 +156,10 @@ class Actor:
 
   def _loop(self, env: Any, stop: threading.Event) -> None:
     agent = self.agent
-    key = jax.device_put(jax.random.PRNGKey(self.seed * 7919 + 1 + self.index), self.device)
+    key = jax.random.PRNGKey(self.seed * 7919 + 1 + self.index)
+    if self.restart:
+      key = jax.random.fold_in(key, self.restart)
+    key = jax.device_put(key, self.device)
     key, init_key = jax.random.split(key)
     actor_state = jax.device_put(agent.init_actor(init_key, self.num_envs), self.device)
     timestep, _ = env.reset()  # Its contract was checked at build time.

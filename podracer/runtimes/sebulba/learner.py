@@ -11,10 +11,11 @@ writes a metrics record through one `metrics.Window` every `log_interval` second
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -123,26 +124,43 @@ class FromReplay:
     return extras
 
 
+@dataclasses.dataclass
+class Progress:
+  """The learner's counters: what a checkpoint keeps beside the state (checkpoint.py)."""
+  env_steps: int = 0   # taken by the actors and counted by the learner
+  updates: int = 0     # learner steps (the parameters' version)
+  episodes: int = 0    # finished
+  records: int = 0     # metrics records put (those of the run it resumed included)
+
+
 class Learner:
   """The learner thread's loop: learn from the source until the actors have taken the
-  plan's env steps, push parameters after every update, write metrics records."""
+  plan's env steps, push parameters after every update, write metrics records, and call
+  `checkpoint` (if given) after each update: it saves when its interval is due."""
 
   MEANS = ("learner_update_time", "learner_wait_time", "policy_lag")
 
   def __init__(self, source: Any, store: ParamsStore, records: "queue.Queue", plan: Plan,
-               seed: int, num_learners: int, log_interval: float,
-               fail_after_first_update: bool = False):
+               num_learners: int, log_interval: float, key: jax.Array,
+               progress: Optional[Progress] = None,
+               checkpoint: Optional[Callable[[], None]] = None,
+               evaluate: Optional[Any] = None, fail_after_first_update: bool = False):
     self.source, self.store, self.records, self.plan = source, store, records, plan
-    self.seed, self.num_learners, self.log_interval = seed, num_learners, log_interval
+    self.num_learners, self.log_interval = num_learners, log_interval
+    self.key, self.progress = key, progress or Progress()
+    self.checkpoint = checkpoint
+    # `evaluate(nets [L, ...], env_steps_before, env_steps)`: an `eval_return` when due.
+    self.evaluate = evaluate
     self.fail_after_first_update = fail_after_first_update
 
   def run(self, state: List[Any], stop: threading.Event) -> None:
-    """Updates `state` ([nets, opt, experience]) in place, so the runtime can return it."""
-    key = jax.random.PRNGKey(self.seed + 1)
-    total = self.plan.total_env_steps
-    env_steps, version, first, waited = 0, 0, True, 0.0
+    """Updates `state` ([nets, opt, experience]), `key` and `progress` in place, so the
+    runtime can return and checkpoint them."""
+    total, progress = self.plan.total_env_steps, self.progress
+    first, waited, started = True, 0.0, progress.updates
+    evaluated_at = progress.env_steps
     window = Window(self.MEANS)
-    while env_steps < total:
+    while progress.env_steps < total:
       if stop.is_set():
         return
       start = time.perf_counter()
@@ -151,33 +169,43 @@ class Learner:
       if step is None:
         return
       for batch in step.batches:
-        env_steps += batch.env_steps
+        progress.env_steps += batch.env_steps
+        progress.episodes += int(batch.episodes[0])
         window.add_steps(batch.env_steps, batch.episodes)
-        window.add_mean("policy_lag", version - batch.params_version)
+        window.add_mean("policy_lag", progress.updates - batch.params_version)
         for k, v in batch.actor_times.items():
           window.add_mean(k, v)
       if step.inputs is None:
         continue
-      if self.fail_after_first_update and version == 1:
+      if self.fail_after_first_update and progress.updates == started + 1:
         raise threads.injected_failure("learner")
-      key, learn_key = jax.random.split(key)
+      key, learn_key = jax.random.split(self.key)
       learn_keys = np.stack([np.asarray(k)
                              for k in jax.random.split(learn_key, self.num_learners)])
       start = time.perf_counter()
       new_state, metrics = self.source.learn(tuple(state), step.inputs, learn_keys)
-      version += 1
-      self.store.push(first_replica(new_state[0]), version)
+      self.store.push(first_replica(new_state[0]), progress.updates + 1)
       window.metrics = jax.device_get(jax.tree.map(lambda x: x[0], metrics))
       window.add_mean("learner_update_time", time.perf_counter() - start)
       window.add_mean("learner_wait_time", waited)
       waited = 0.0
       state[:] = list(new_state)
+      self.key, progress.updates = key, progress.updates + 1
+      if self.evaluate is not None:
+        value = self.evaluate(state[0], evaluated_at, progress.env_steps)
+        evaluated_at = progress.env_steps
+        if value is not None:
+          window.add_mean("eval_return", value)
       if (first or time.perf_counter() - window.start >= self.log_interval
-          or env_steps >= total):
-        record = window.record(env_steps, version * self.plan.updates_per_call)
+          or progress.env_steps >= total):
+        record = window.record(progress.env_steps,
+                               progress.updates * self.plan.updates_per_call)
         record["queue_depth"] = self.source.batches.qsize()
         record.update(self.source.extras(tuple(state)))
         record["first"] = first
         self.records.put(record)
+        progress.records += 1
         first, window = False, Window(self.MEANS)
+      if self.checkpoint is not None:
+        self.checkpoint()
     stop.set()

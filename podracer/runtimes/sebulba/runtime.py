@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import queue
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
 import jax
 import numpy as np
 
+from podracer import evaluation as evaluation_lib
 from podracer import registry, trajectories
 from podracer.agent import Agent, item_spec
 from podracer.errors import ConfigError
@@ -21,9 +24,12 @@ from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Actor, Batch, ToLearners, ToReplay
 from podracer.runtimes.sebulba.actor import act_and_advance_key
-from podracer.runtimes.sebulba.learner import FromQueue, FromReplay, Learner
+from podracer.runtimes.sebulba.learner import FromQueue, FromReplay, Learner, Progress
 from podracer.runtimes.sebulba.params import ParamsStore, first_replica
 from podracer.types import REPLICA_AXIS, Trajectory, strip_weak_types
+
+
+REPLAY_DIR = "reverb"  # A checkpointed host replay's own files, in the checkpoints' folder.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,17 +102,47 @@ class Sebulba(Runtime):
       experience = self.agent.init_experience(self.trajectory_spec(shard))
     return strip_weak_types((nets, self.agent.init_opt(nets), experience))
 
-  def _start_learner(self, store: ParamsStore) -> List[Any]:
+  def _start_learner(self) -> List[Any]:
     n = len(self.topology.learner_devices)
     nets, opt, experience = self._init_learner(
         np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n))
-    store.push(first_replica(nets), version=0)
     return [nets, opt, experience]
+
+  # -- checkpoints (podracer/checkpoint.py) ----------------------------------------
+
+  def _restore(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
+    """Puts the latest checkpoint's learner state, key and counters in place."""
+    saved, _ = checkpointer.restore(dict(learner=tuple(state), key=learner.key))
+    # Placed as `_init_learner` places it, sharded over the learner devices.
+    state[:] = jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
+                        devices=self.topology.learner_devices)(saved["learner"])
+    learner.key = saved["key"]
+    meta = checkpointer.meta()
+    learner.progress = Progress(**{k: int(meta[k]) for k in ("env_steps", "updates",
+                                                             "episodes", "records")})
+
+  def _save(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
+    if getattr(self.replay, "checkpointed", False):  # Reverb: through its client.
+      self.replay.checkpoint(keep=checkpointer.keep)
+    progress = learner.progress
+    checkpointer.save(progress.updates, dict(learner=tuple(state), key=learner.key),
+                      progress.records, **dataclasses.asdict(progress))
 
   # -- threads ---------------------------------------------------------------------
 
-  def run(self, logger) -> List[Any]:
-    """Trains; returns the learner state [nets, opt, experience], each [L, ...]."""
+  def _evaluator(self, evaluation: Any, stop: threading.Event) -> "HostEvaluator":
+    return HostEvaluator(self.agent, self.env_factory, evaluation,
+                         seed=self.seed * 10_000 + 9_999, stop=stop)
+
+  def run(self, logger, checkpointer: Optional[Any] = None,
+          evaluation: Optional[Any] = None) -> List[Any]:
+    """Trains; returns the learner state [nets, opt, experience], each [L, ...].
+
+    With a `checkpointer`, first resumes from its latest checkpoint (the learner's state
+    and counters; the actors start new episodes), then saves every interval (from the
+    learner thread, between updates), at the end and when stopped. With an `evaluation`
+    (podracer/evaluation.py), the learner thread evaluates between updates.
+    """
     options, learners = self.options, self.topology.learner_devices
     # With a host replay the queue only carries statistics, and must never block actors.
     batches: "queue.Queue[Batch]" = queue.Queue(
@@ -120,28 +156,52 @@ class Sebulba(Runtime):
               self.trajectory_spec(options.num_envs_per_actor)) // len(learners),
           ["runtime.queue_size", "runtime.num_envs_per_actor", "runtime.rollout_length"],
           learners)
-    state = self._start_learner(store)
+    state = self._start_learner()
     if self.replay is not None:
+      if checkpointer is not None and getattr(self.replay, "checkpointed", False):
+        self.replay.use_checkpoint_dir(os.path.join(checkpointer.directory, REPLAY_DIR))
       self._start_replay()
       source: Any = FromReplay(self.agent, self.replay, learners, batches)
       output: Any = ToReplay(self.agent, self.replay, batches)
     else:
       source = FromQueue(self.agent, learners, options.updates_per_batch, batches)
       output = ToLearners(learners, batches, self.agent.trajectory_overlap)
-    learner = Learner(source, store, records, self.plan, self.seed, len(learners),
-                      options.log_interval, options.inject_failure == "learner")
+    learner = Learner(source, store, records, self.plan, len(learners),
+                      options.log_interval, jax.random.PRNGKey(self.seed + 1),
+                      Progress(records=len(logger.records)),
+                      fail_after_first_update=options.inject_failure == "learner")
+    if checkpointer is not None:
+      if checkpointer.latest() is not None:
+        self._restore(checkpointer, state, learner)
+
+      def checkpoint_if_due():
+        if checkpointer.due():
+          self._save(checkpointer, state, learner)
+      learner.checkpoint = checkpoint_if_due
+    store.push(first_replica(state[0]), version=learner.progress.updates)
     group = threads.ThreadGroup()
+    if evaluation is not None:
+      learner.evaluate = self._evaluator(evaluation, group.stop)
+    save_at_end = checkpointer is not None
     try:
-      self._spawn_actors(group, store, output)
+      self._spawn_actors(group, store, output, restart=learner.progress.updates)
       thread = group.spawn("learner", learner.run, state, group.stop)
       while not group.stop.is_set() and thread.is_alive() and not logger.target_reached:
         group.stop.wait(threads.POLL)
         self._drain(records, logger)
+    except BaseException as e:  # A failure's state is not worth resuming from.
+      save_at_end = save_at_end and isinstance(e, KeyboardInterrupt)
+      raise
     finally:
       try:
         group.shutdown()
+        # Every thread has stopped, so the learner's state is whole (also after SIGTERM).
+        if save_at_end:
+          self._save(checkpointer, state, learner)
       finally:
         self._drain(records, logger)
+        if learner.evaluate is not None:
+          learner.evaluate.close()
         if self.replay is not None:
           self.replay.close()
     return state
@@ -165,7 +225,7 @@ class Sebulba(Runtime):
                         "host replay their pace is the replay's rate limiter's.")
     batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.options.queue_size)
     store = ParamsStore(self.topology.actor_devices)
-    self._start_learner(store)
+    store.push(first_replica(self._start_learner()[0]), version=0)
     group = threads.ThreadGroup()
     warmup = 2 * self.num_actor_threads if warmup_batches is None else warmup_batches
     seen, steps, start = 0, 0, None
@@ -188,13 +248,14 @@ class Sebulba(Runtime):
     return steps / (time.perf_counter() - start) if start is not None else 0.0
 
   def _spawn_actors(self, group: threads.ThreadGroup, store: ParamsStore,
-                    output: Any) -> None:
+                    output: Any, restart: int = 0) -> None:
     options = self.options
     for j, device in enumerate(self.topology.actor_devices):
       for i in range(options.actor_threads_per_device):
         index = i + j * 1000
         actor = Actor(self.agent, self._act, self.env_factory, device, index, self.seed,
                       options.num_envs_per_actor, options.rollout_length, store, output,
+                      restart=restart,
                       fail_after_first_batch=options.inject_failure == "actor" and index == 0)
         group.spawn(f"actor-{device.id}-{i}", actor.run, group.stop)
 
@@ -202,3 +263,29 @@ class Sebulba(Runtime):
   def _drain(records: "queue.Queue", logger) -> None:
     for record in threads.drain(records):
       logger.write(record, compile_step=record.pop("first", False))
+
+
+class HostEvaluator:
+  """`eval_return` for the learner thread (podracer/evaluation.py): the agent's evaluation
+  policy on a host environment of `evaluation.episodes` environments, built on first use."""
+
+  def __init__(self, agent: Agent, env_factory: Callable[..., Any], evaluation: Any,
+               seed: int, stop: threading.Event):
+    self.agent, self.env_factory, self.evaluation, self.seed, self.stop = (
+        agent, env_factory, evaluation, seed, stop)
+    self._act = jax.jit(functools.partial(act_and_advance_key, agent.eval_act))
+    self._env = None
+
+  def __call__(self, nets: Any, env_steps_before: int, env_steps: int) -> Optional[float]:
+    """Replica 0's `eval_return` if an evaluation is due, else None."""
+    if not self.evaluation.due(env_steps_before, env_steps):
+      return None
+    if self._env is None:
+      self._env = self.env_factory(num_envs=self.evaluation.episodes, seed=self.seed)
+    return evaluation_lib.host_return(self._act, self.agent.init_eval_actor, self._env,
+                                      first_replica(nets), self.evaluation.key(env_steps),
+                                      self.stop)
+
+  def close(self) -> None:
+    if self._env is not None:
+      self._env.close()

@@ -1,0 +1,107 @@
+"""Evaluation (podracer/evaluation.py): the evaluation policy's return is logged as
+`eval_return` under both runtimes, and a greedy policy scores what it should."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from agents.ppo import config as ppo_config
+from agents.ppo.agent import PPO
+from agents.r2d2 import config as r2d2_config
+from agents.r2d2.agent import annealed_epsilon
+from podracer import builder, evaluation
+from podracer.agent import Agent
+from podracer.components.environments import Environment, restart, transition
+from podracer.components.environments.base import VectorEnv
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec
+
+
+class Alternate(Environment):
+  """Shows +1, -1, +1, ... for `horizon` steps; reward 1 for action 1 on +1, 0 on -1."""
+
+  def __init__(self, horizon: int):
+    self.horizon = horizon
+
+  def reset(self, key):
+    del key
+    return jnp.int32(0), restart(jnp.ones((1,), jnp.float32))
+
+  def step(self, t, action):
+    reward = jnp.float32(action == (t + 1) % 2)
+    sign = jnp.where((t + 1) % 2 == 0, 1.0, -1.0)[None].astype(jnp.float32)
+    return t + 1, transition(sign, reward, terminated=t + 1 >= self.horizon,
+                             truncated=False)
+
+  def spec(self):
+    return EnvSpec(ArraySpec((1,), np.float32), DiscreteSpec(2))
+
+
+class Outputs(NamedTuple):
+  logits: jax.Array
+  value: jax.Array
+
+
+class SignNetwork:
+  """Logits (-w s, w s) for the sign s: the right action is always the likelier one."""
+
+  def apply(self, w, observation):
+    return Outputs(jnp.concatenate([-w * observation, w * observation], -1),
+                   jnp.zeros(observation.shape[:1]))
+
+
+def test_the_greedy_policy_of_a_fixed_network_scores_every_step():
+  env = Alternate(horizon=4)
+  agent = PPO(env.spec(), SignNetwork(), loss=None, optimizer=optax.sgd(0.0))
+  play = jax.jit(lambda policy_agent, w, key: evaluation.jax_return(
+      policy_agent, VectorEnv(env, 8), w, key), static_argnums=0)
+  w = jnp.float32(0.5)  # The sampling policy is right with probability 0.73 a step.
+  assert float(play(agent, w, jax.random.PRNGKey(0))) == 4.0  # argmax: always right
+  sampling = Agent.eval_act.__get__(agent)  # The default: the training policy, `act`.
+
+  class Sampling(PPO):
+    eval_act = lambda self, *args: sampling(*args)  # noqa: E731
+
+  sampled = Sampling(env.spec(), SignNetwork(), loss=None, optimizer=optax.sgd(0.0))
+  assert float(play(sampled, w, jax.random.PRNGKey(0))) < 4.0
+
+
+def test_r2d2_evaluates_with_its_small_epsilon_not_its_actors_schedule():
+  agent = builder.build(r2d2_config.catch_anakin()).agent
+  actor = agent.init_eval_actor(jax.random.PRNGKey(0), 3)
+  epsilon = annealed_epsilon(actor.epsilon, actor.steps, agent.epsilon_anneal_steps)
+  np.testing.assert_allclose(epsilon, [agent.eval_epsilon] * 3)
+  assert agent.eval_epsilon == pytest.approx(0.001)
+
+
+def small(runtime):
+  if runtime == "anakin":  # 128 env steps a call: an evaluation every second call.
+    config = ppo_config.cartpole_anakin()
+    config.topology.num_devices = 1
+    config.runtime.update(dict(rollout_length=16, updates_per_call=2))
+    config.update(dict(total_env_steps=1024, eval_interval=256))
+  else:  # 768 env steps a trajectory; a record after every update.
+    config = ppo_config.cartpole_sebulba()
+    config.runtime.log_interval = 0.0
+    config.update(dict(total_env_steps=6144, eval_interval=2000))
+  config.eval_episodes = 3
+  return config
+
+
+@pytest.mark.parametrize("runtime", ["anakin", "sebulba"])
+def test_eval_return_is_logged_beside_the_training_return(runtime):
+  config = small(runtime)
+  experiment = builder.build(config)
+  records = experiment.run(stream=None)["records"]
+  evaluated = [r for r in records if "eval_return" in r]
+  if runtime == "anakin":
+    assert [r["env_steps"] for r in evaluated] == [256, 512, 768, 1024]
+  else:  # Records follow updates, which follow the actors' batches.
+    assert 2 <= len(evaluated) <= 3, [r["env_steps"] for r in records]
+  # CartPole pays 1 a step, and no episode ends before 8 steps.
+  assert all(8 <= r["eval_return"] <= 500 for r in evaluated), evaluated
+  config.eval_interval = 0  # Off: the runtime is not handed an evaluation.
+  assert evaluation.for_run(config, experiment.runtime) is None
