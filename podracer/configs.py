@@ -57,12 +57,14 @@ def actor_learner_topology() -> config_dict.ConfigDict:
 
 
 def sebulba_runtime(num_envs_per_actor: int, rollout_length: int,
-                    log_interval: float = 1.0) -> config_dict.ConfigDict:
-  """Two actor threads per actor device, one update per trajectory, two in flight."""
+                    log_interval: float = 1.0,
+                    max_policy_lag: Optional[int] = None) -> config_dict.ConfigDict:
+  """Two actor threads per actor device, one update per trajectory, two in flight;
+  `max_policy_lag` None (unbounded) unless the agent asks for a bound."""
   return config_dict.ConfigDict(dict(
       name="sebulba", num_envs_per_actor=num_envs_per_actor, actor_threads_per_device=2,
       rollout_length=rollout_length, updates_per_batch=1, queue_size=2,
-      log_interval=log_interval, inject_failure=""))
+      log_interval=log_interval, max_policy_lag=max_policy_lag, inject_failure=""))
 
 
 def anakin(c: config_dict.ConfigDict, num_envs_per_device: int, rollout_length: int,
@@ -75,13 +77,15 @@ def anakin(c: config_dict.ConfigDict, num_envs_per_device: int, rollout_length: 
 
 
 def sebulba(c: config_dict.ConfigDict, env: config_dict.ConfigDict, num_envs_per_actor: int,
-            rollout_length: int, log_interval: float = 1.0) -> config_dict.ConfigDict:
+            rollout_length: int, log_interval: float = 1.0,
+            max_policy_lag: Optional[int] = None) -> config_dict.ConfigDict:
   """Runs `c` under Sebulba on the host environment `env`; returns `c`.
 
   By default a single device acts and learns; with 8 devices 2 act and 6 learn.
   """
   c.env = env
-  c.runtime = sebulba_runtime(num_envs_per_actor, rollout_length, log_interval)
+  c.runtime = sebulba_runtime(num_envs_per_actor, rollout_length, log_interval,
+                              max_policy_lag)
   c.topology = actor_learner_topology()
   return c
 

@@ -25,6 +25,7 @@ from podracer.components.environments.host import EpisodeTracker, HostEnvironmen
 from podracer.errors import ConfigError, ThreadFailure
 from podracer.metrics import MetricsLogger
 from podracer.runtimes.sebulba import ParamsStore
+from podracer.runtimes.sebulba.params import PolicyLagBound
 from podracer.runtimes.sebulba.actor import stack_and_split as _stack_and_split
 from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, Trajectory
 
@@ -125,6 +126,49 @@ def test_short_run_reports_metrics_splits_trajectories_over_learners_and_stops_t
   leaf = jax.tree.leaves(nets)[0]
   assert leaf.shape[0] == 6
   np.testing.assert_allclose(np.asarray(leaf)[0], np.asarray(leaf)[5], rtol=1e-6)
+
+
+@pytest.mark.parametrize("max_lag", [0, 1])
+def test_max_policy_lag_bounds_the_lag_of_every_trajectory(max_lag):
+  config = ppo_config.cartpole_sebulba()
+  config.total_env_steps = 12_000
+  config.runtime.log_interval = 0.0  # a record per batch, so each lag is seen alone
+  config.runtime.max_policy_lag = max_lag
+  records, _, _ = run_in_process(config)
+  lags = [r["policy_lag"] for r in records if "policy_lag" in r]
+  assert len(lags) >= 10 and max(lags) <= max_lag, lags
+  if max_lag == 1:  # Acting overlaps learning: not every trajectory is on-policy.
+    assert max(lags) == 1
+  assert sebulba_threads() == []
+
+
+def test_policy_lag_bound_queues_trajectories_in_ticket_order():
+  bound = PolicyLagBound(max_lag=1, first_update=5)
+  stop = threading.Event()
+  tickets = [bound.ticket() for _ in range(3)]
+  assert tickets == [5, 6, 7]
+  order = []
+
+  def hand_over(ticket):
+    assert bound.wait_turn(ticket, stop)
+    order.append(ticket)
+    bound.queued(ticket)
+
+  late = [threading.Thread(target=hand_over, args=(t,)) for t in (7, 6)]
+  for t in late:
+    t.start()
+  time.sleep(0.3)
+  assert order == []  # 6 and 7 wait for 5
+  hand_over(5)
+  for t in late:
+    t.join(timeout=5)
+  assert order == [5, 6, 7]
+  stop.set()
+  assert not bound.wait_turn(99, stop)  # A stopped run never waits.
+  store = ParamsStore(jax.devices()[:1])
+  store.push({"w": np.zeros(1)}, version=3)
+  assert store.get(jax.devices()[0], at_least=3)[1] == 3
+  assert store.get(jax.devices()[0], at_least=4, stop=stop) is None
 
 
 def test_gymnasium_environments_run_under_sebulba():

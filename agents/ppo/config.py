@@ -45,9 +45,10 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   """
   c = _base()
   c.total_env_steps = 1_000_000
-  # 12 envs per actor thread split evenly over 1, 2, 3, 4 or 6 learner devices.
+  # 12 envs per actor thread split evenly over 1, 2, 3, 4 or 6 learner devices. PPO's
+  # clipped objective assumes fresh data: a policy lag of at most one update (Cleanba's).
   return configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=12,
-                         rollout_length=64)
+                         rollout_length=64, max_policy_lag=1)
 
 
 def _atari_agent(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
@@ -68,7 +69,9 @@ def pong_sebulba() -> config_dict.ConfigDict:
   c = _atari_agent(_base())
   c.total_env_steps = 10_000_000
   # 24 envs per actor thread split evenly over 1, 2, 3, 4, 6 or 8 learner devices.
-  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=32)
+  c = configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=32)
+  c.runtime.max_policy_lag = 1  # As cartpole_sebulba: PPO wants fresh data.
+  return c
 
 
 def pixel_catch_anakin() -> config_dict.ConfigDict:

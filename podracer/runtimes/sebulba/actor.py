@@ -23,7 +23,7 @@ from podracer.errors import ReplayTimeout
 from podracer.experience import HostReplay
 from podracer.metrics import episode_sums
 from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.params import ParamsStore, shard_over
+from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, shard_over
 from podracer.types import PyTree, Trajectory
 
 
@@ -135,6 +135,7 @@ class Actor:
   def __init__(self, agent: Agent, act: Callable[..., Any], env_factory: Callable[..., Any],
                device: jax.Device, index: int, seed: int, num_envs: int,
                rollout_length: int, store: ParamsStore, output: Any, restart: int = 0,
+               lag_bound: Optional[PolicyLagBound] = None,
                fail_after_first_batch: bool = False):
     self.agent, self.act, self.device, self.store, self.output = (
         agent, act, device, store, output)
@@ -144,6 +145,7 @@ class Actor:
     # A resumed run's actors (restart: the update it resumed at) draw new environments
     # and actions rather than repeat the first run's.
     self.restart = restart
+    self.lag_bound = lag_bound
 
   def run(self, stop: threading.Event) -> None:
     # Built on the actor's own thread, so a failing environment fails that thread.
@@ -167,7 +169,14 @@ class Actor:
     queue_wait = 0.0
     while not stop.is_set():
       start = time.perf_counter()
-      params, version = self.store.get(self.device)
+      if self.lag_bound is None:
+        params, version = self.store.get(self.device)
+      else:
+        ticket = self.lag_bound.ticket()
+        fresh = self.store.get(self.device, ticket - self.lag_bound.max_lag, stop)
+        if fresh is None:
+          return
+        params, version = fresh
       # Queue waits are reported with the next batch: this one is already handed over.
       times = dict(actor_wait_params=time.perf_counter() - start, actor_env=0.0,
                    actor_inference=0.0, actor_wait_queue=queue_wait)
@@ -196,9 +205,13 @@ class Actor:
         times["actor_env"] += t2 - t1
       output, earlier = self.output.finish(earlier, stepped, pending)
       batch = Batch(None, version, self.num_envs * self.rollout_length, episodes, times)
+      if self.lag_bound is not None and not self.lag_bound.wait_turn(ticket, stop):
+        return
       queue_wait = self.output.deliver(output, batch, stop)
       if queue_wait is None:
         return
+      if self.lag_bound is not None:
+        self.lag_bound.queued(ticket)
       if self.fail_after_first_batch:
         # After its first batch, so the learner and the other actors are mid-run.
         raise threads.injected_failure("actor")

@@ -3,31 +3,78 @@
 from __future__ import annotations
 
 import threading
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import jax
 import numpy as np
 
+from podracer.runtimes.sebulba.threads import POLL
 from podracer.types import REPLICA_AXIS, PyTree
 
 
 class ParamsStore:
-  """The newest parameters, one copy per actor device, with a version number."""
+  """The newest parameters, one copy per actor device, with a version number (the
+  learner updates they have seen)."""
 
   def __init__(self, devices: List[jax.Device]):
     self._devices = devices
-    self._lock = threading.Lock()
+    self._changed = threading.Condition()
     self._params: Dict[jax.Device, PyTree] = {}
     self.version = -1
 
   def push(self, params_on_learner: PyTree, version: int) -> None:
     copies = {d: jax.device_put(params_on_learner, d) for d in self._devices}
-    with self._lock:
+    with self._changed:
       self._params, self.version = copies, version
+      self._changed.notify_all()
 
-  def get(self, device: jax.Device):
-    with self._lock:
+  def get(self, device: jax.Device, at_least: int = -1,
+          stop: Optional[threading.Event] = None) -> Optional[Tuple[PyTree, int]]:
+    """(params, version), waiting for a version >= `at_least`; None if `stop` is set
+    first."""
+    with self._changed:
+      while self.version < at_least:
+        if stop is not None and stop.is_set():
+          return None
+        self._changed.wait(POLL)
       return self._params[device], self.version
+
+
+class PolicyLagBound:
+  """Bounds the policy lag: the updates the learner has made since the parameters that
+  acted a trajectory were pushed (runtime.max_policy_lag).
+
+  The learner takes one trajectory per update, in the order they are queued. So actors
+  take a ticket n per trajectory (n: the update that will learn from it), act with
+  parameters of version >= n - max_lag, and queue trajectories in ticket order. With
+  max_lag 1 the learner learns from trajectory n while the actors act trajectory n + 1
+  with its previous parameters: Cleanba's deterministic one-step lag; 0 alternates
+  acting and learning.
+  """
+
+  def __init__(self, max_lag: int, first_update: int):
+    self.max_lag = max_lag
+    self._turn = threading.Condition()
+    self._next_ticket = self._next_queued = first_update
+
+  def ticket(self) -> int:
+    with self._turn:
+      self._next_ticket += 1
+      return self._next_ticket - 1
+
+  def wait_turn(self, ticket: int, stop: threading.Event) -> bool:
+    """Waits until every earlier ticket's trajectory is queued; False if stopped."""
+    with self._turn:
+      while self._next_queued != ticket:
+        if stop.is_set():
+          return False
+        self._turn.wait(POLL)
+      return True
+
+  def queued(self, ticket: int) -> None:
+    with self._turn:
+      self._next_queued = ticket + 1
+      self._turn.notify_all()
 
 
 def first_replica(tree: PyTree) -> PyTree:

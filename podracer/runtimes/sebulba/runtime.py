@@ -25,7 +25,7 @@ from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Actor, Batch, ToLearners, ToReplay
 from podracer.runtimes.sebulba.actor import act_and_advance_key
 from podracer.runtimes.sebulba.learner import FromQueue, FromReplay, Learner, Progress
-from podracer.runtimes.sebulba.params import ParamsStore, first_replica
+from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, first_replica
 from podracer.types import REPLICA_AXIS, Trajectory, strip_weak_types
 
 
@@ -38,17 +38,25 @@ class SebulbaOptions:
   number of learner devices unless a host replay takes the trajectories),
   `actor_threads_per_device`, `rollout_length` steps per trajectory, `updates_per_batch`
   learner updates per trajectory, `queue_size` trajectories in flight, `log_interval`
-  seconds between metrics records, and `inject_failure` ('actor' or 'learner': that
-  thread raises once the run is under way, to test that failures stop the run)."""
+  seconds between metrics records, `max_policy_lag` (None: unbounded; else actors act
+  with parameters at most that many learner updates older than the update that learns
+  from their trajectory, see params.PolicyLagBound), and `inject_failure` ('actor' or
+  'learner': that thread raises once the run is under way, to test that failures stop
+  the run)."""
   num_envs_per_actor: int = 16
   actor_threads_per_device: int = 2
   rollout_length: int = 32
   updates_per_batch: int = 1
   queue_size: int = 2
   log_interval: float = 1.0
+  max_policy_lag: Optional[int] = None
   inject_failure: str = ""
 
   def __post_init__(self):
+    lag = self.max_policy_lag
+    if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
+      raise ConfigError(f"`runtime.max_policy_lag` is a number of learner updates >= 0, or "
+                        f"None for no bound; got {lag!r}.")
     if self.inject_failure not in ("", "actor", "learner"):
       raise ConfigError("`runtime.inject_failure` is '', 'actor' or 'learner'.")
 
@@ -144,6 +152,10 @@ class Sebulba(Runtime):
     (podracer/evaluation.py), the learner thread evaluates between updates.
     """
     options, learners = self.options, self.topology.learner_devices
+    if options.max_policy_lag is not None and self.replay is not None:
+      raise ConfigError("`runtime.max_policy_lag` bounds the lag of trajectories handed to "
+                        "the learner, but with a host replay the learner samples from the "
+                        "replay; set --config.runtime.max_policy_lag=None.")
     # With a host replay the queue only carries statistics, and must never block actors.
     batches: "queue.Queue[Batch]" = queue.Queue(
         maxsize=0 if self.replay is not None else options.queue_size)
@@ -184,7 +196,10 @@ class Sebulba(Runtime):
       learner.evaluate = self._evaluator(evaluation, group.stop)
     save_at_end = checkpointer is not None
     try:
-      self._spawn_actors(group, store, output, restart=learner.progress.updates)
+      lag_bound = None if options.max_policy_lag is None else PolicyLagBound(
+          options.max_policy_lag, first_update=learner.progress.updates)
+      self._spawn_actors(group, store, output, restart=learner.progress.updates,
+                         lag_bound=lag_bound)
       thread = group.spawn("learner", learner.run, state, group.stop)
       while not group.stop.is_set() and thread.is_alive() and not logger.target_reached:
         group.stop.wait(threads.POLL)
@@ -248,14 +263,15 @@ class Sebulba(Runtime):
     return steps / (time.perf_counter() - start) if start is not None else 0.0
 
   def _spawn_actors(self, group: threads.ThreadGroup, store: ParamsStore,
-                    output: Any, restart: int = 0) -> None:
+                    output: Any, restart: int = 0,
+                    lag_bound: Optional[PolicyLagBound] = None) -> None:
     options = self.options
     for j, device in enumerate(self.topology.actor_devices):
       for i in range(options.actor_threads_per_device):
         index = i + j * 1000
         actor = Actor(self.agent, self._act, self.env_factory, device, index, self.seed,
                       options.num_envs_per_actor, options.rollout_length, store, output,
-                      restart=restart,
+                      restart=restart, lag_bound=lag_bound,
                       fail_after_first_batch=options.inject_failure == "actor" and index == 0)
         group.spawn(f"actor-{device.id}-{i}", actor.run, group.stop)
 
