@@ -25,14 +25,17 @@ class MetricsLogger:
   Records need `env_steps`; `sps` and `episode_return` are shown when present. Lines
   are printed at most every `print_interval` seconds (every record is still written).
   With `stop_at_return`, `target_reached` turns true once a record's mean episode return
-  reaches it; runtimes check it after each record and stop early.
+  reaches it; runtimes check it after each record and stop early. `context` (how many
+  processes and devices took part) is added to every record.
   """
 
   def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
                print_interval: float = 1.0, total_env_steps: Optional[int] = None,
                stop_at_return: Optional[float] = None,
-               resume_records: Optional[int] = None):
+               resume_records: Optional[int] = None,
+               context: Optional[Dict[str, Any]] = None):
     self.workdir = workdir
+    self.context = dict(context or {})
     self.stream = stream
     self.print_interval = print_interval
     self.total_env_steps = total_env_steps
@@ -53,7 +56,7 @@ class MetricsLogger:
       self._tensorboard = tensorboard.open_writer(workdir)
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
-    record = {k: _plain(v) for k, v in record.items()}
+    record = {**self.context, **{k: _plain(v) for k, v in record.items()}}
     record["wall_time"] = time.perf_counter() - self._start
     if compile_step:
       record["includes_compilation"] = True
