@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional
 import jax
 import numpy as np
 
-from podracer import registry, trajectories
+from podracer import distributed, registry, trajectories
 from podracer.agent import Agent, item_spec
 from podracer.errors import ConfigError
 from podracer.experience import host_replay
@@ -46,9 +46,10 @@ class SebulbaOptions:
       raise ConfigError("`runtime.inject_failure` is '', 'actor' or 'learner'.")
 
   def plan(self, topology: Any, total_env_steps: int) -> Plan:
-    del topology  # Every batch is one actor thread's trajectory, whatever the devices.
-    return plan_calls(self.num_envs_per_actor * self.rollout_length,
-                      self.updates_per_batch, total_env_steps)
+    del topology  # Every batch is one actor thread's trajectory, whatever the devices...
+    # ...on each process: an update over several takes one batch from each (learner.py).
+    return plan_calls(self.num_envs_per_actor * self.rollout_length
+                      * distributed.process_count(), self.updates_per_batch, total_env_steps)
 
 
 @registry.runtimes.register("sebulba")
@@ -74,12 +75,16 @@ class Sebulba(Runtime):
     # A host replay (Reverb) takes the actors' trajectories instead of the learner queue.
     self.replay = host_replay(agent)
     learners = topology.learner_devices
+    if self.replay is not None and distributed.process_count() > 1:
+      # Sampling may time out on one process and not another: their updates would differ.
+      raise ConfigError("Sebulba with a host replay runs in one process; over several "
+                        "processes use an agent that learns from the actors' queue.")
     if self.replay is None and options.num_envs_per_actor % len(learners):
       raise ConfigError(
           f"`runtime.num_envs_per_actor` ({options.num_envs_per_actor}) must divide evenly "
           f"over the {len(learners)} learner devices.")
     self._init_learner = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS,
-                                  devices=learners)
+                                  devices=distributed.pmap_devices(learners))
     self._act = jax.jit(functools.partial(act_and_advance_key, agent.act))
 
   def trajectory_spec(self, num_envs: int) -> Trajectory:
@@ -123,10 +128,14 @@ class Sebulba(Runtime):
     learner = Learner(source, store, records, self.plan, self.seed, len(learners),
                       options.log_interval, options.inject_failure == "learner")
     group = threads.ThreadGroup()
+    # Processes would reach `stop_at_return` at different updates and leave the others
+    # waiting in a collective: over several processes the run takes all its env steps.
+    stops_early = distributed.process_count() == 1
     try:
       self._spawn_actors(group, store, output)
       thread = group.spawn("learner", learner.run, state, group.stop)
-      while not group.stop.is_set() and thread.is_alive() and not logger.target_reached:
+      while (not group.stop.is_set() and thread.is_alive()
+             and not (stops_early and logger.target_reached)):
         group.stop.wait(threads.POLL)
         self._drain(records, logger)
     finally:
@@ -183,7 +192,8 @@ class Sebulba(Runtime):
     options = self.options
     for j, device in enumerate(self.topology.actor_devices):
       for i in range(options.actor_threads_per_device):
-        index = i + j * 1000
+        # Distinct environments and keys on every thread of every process.
+        index = i + j * 1000 + distributed.process_index() * 100_000
         actor = Actor(self.agent, self._act, self.env_factory, device, index, self.seed,
                       options.num_envs_per_actor, options.rollout_length, store, output,
                       fail_after_first_batch=options.inject_failure == "actor" and index == 0)
