@@ -24,7 +24,7 @@ NOT_COMPARED = ("sps", "wall_time", "includes_compilation", "num_processes", "nu
 # another order than XLA does within one, so they agree to float32 rounding only.
 LEARNER_KEYS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl",
                 "clip_fraction")
-ANAKIN_OVERRIDES = dict(seed=3, rollout_length=16, updates_per_call=2, total_env_steps=2048)
+ANAKIN_OVERRIDES = dict(seed=3, rollout_length=16, updates_per_call=1, total_env_steps=1024)
 
 
 def env():
