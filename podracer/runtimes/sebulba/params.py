@@ -9,7 +9,6 @@ from typing import Dict, List
 import jax
 import numpy as np
 
-from podracer import distributed
 from podracer.types import REPLICA_AXIS, PyTree
 
 
@@ -38,19 +37,13 @@ def first_replica(tree: PyTree) -> PyTree:
 
 
 def shard_over(devices: List[jax.Device], split: PyTree) -> PyTree:
-  """[L, ...] arrays (anywhere) -> arrays sharded over the L `devices`, slice i on i.
-
-  With several processes the array is this process's part of one over every process's
-  learners, [P * L, ...], as the learner's pmap over all of them takes it."""
-  everywhere = distributed.pmap_devices(devices)
-  mesh = jax.sharding.Mesh(np.array(everywhere), (REPLICA_AXIS,))
+  """[L, ...] arrays (anywhere) -> arrays sharded over the L `devices`, slice i on i."""
+  mesh = jax.sharding.Mesh(np.array(devices), (REPLICA_AXIS,))
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(REPLICA_AXIS))
-  processes = len(everywhere) // len(devices)
 
   def shard(x):
     pieces = [jax.device_put(x[i:i + 1], d) for i, d in enumerate(devices)]
-    return jax.make_array_from_single_device_arrays((x.shape[0] * processes, *x.shape[1:]),
-                                                    sharding, pieces)
+    return jax.make_array_from_single_device_arrays(x.shape, sharding, pieces)
 
   return jax.tree.map(shard, split)
 
