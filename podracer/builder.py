@@ -22,7 +22,7 @@ import inspect
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO
 
-from podracer import checkpoint, compose, contracts, evaluation, guards, registry
+from podracer import checkpoint, compose, contracts, distributed, evaluation, guards, registry
 from podracer.errors import ConfigError
 from podracer.metrics import LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
@@ -51,10 +51,12 @@ class Experiment:
     self.checkpointer = checkpointer = checkpoint.for_run(self.config, self.runtime, workdir)
     resumed = checkpointer.num_records() if checkpointer else None
     # Kept so that a launcher can still report a run that a signal stopped.
+    taking_part = dict(num_processes=distributed.process_count(),
+                       num_devices=distributed.devices_taking_part(self.runtime.topology))
     self.logger = logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
                                          total_env_steps=self.plan.total_env_steps,
                                          stop_at_return=self.config.get("stop_at_return"),
-                                         resume_records=resumed,
+                                         resume_records=resumed, context=taking_part,
                                          **_log_options(self.config))
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     # What the runtime's `run` takes of checkpoints and evaluation, when asked for.

@@ -32,6 +32,8 @@ from typing import Any, Dict, Optional, Tuple
 import jax
 import numpy as np
 
+from podracer import distributed
+
 CHECKPOINT_DIR = "checkpoints"
 
 
@@ -40,6 +42,11 @@ def for_run(config: Any, runtime: Any, workdir: Optional[str],
   """A checkpointer for a run in `workdir`, or None: no workdir, a runtime that cannot
   resume (its `run` takes no `checkpointer`), or orbax-checkpoint missing (said once)."""
   if not workdir or "checkpointer" not in inspect.signature(runtime.run).parameters:
+    return None
+  if distributed.process_count() > 1:  # Each process's state holds only its own replicas.
+    if stream:
+      stream.write("Not writing checkpoints: a run over several processes cannot resume "
+                   "yet.\n")
     return None
   try:
     return Checkpointer(workdir, interval=config.get("checkpoint_interval", 600.0),

@@ -10,6 +10,10 @@ it resumes from the latest checkpoint; `--fresh` moves a previous run aside inst
 when the config cannot be built, 1 with the thread's traceback when a runtime thread fails,
 130 on Ctrl-C and 143 on SIGTERM (after all threads and environments are stopped and the
 metrics, plot and `result:` line are written; see podracer/preemption.py).
+
+Several processes (podracer/distributed.py): `--coordinator=HOST:PORT --num_processes=N
+--process_id=I` on each, or `python -m podracer.launch_local --num_processes=N -- ARGS`
+on one machine; under SLURM or Open MPI the flags come from the cluster.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_dict, config_flags
 
-from podracer import preemption, validation
+from podracer import distributed, preemption, validation
 from podracer.errors import ConfigError, NonFiniteError, ThreadFailure
 from podracer.metrics import METRICS_FILE
 from podracer.workdir import CONFIG_FILE, prepare as prepare_workdir
@@ -40,6 +44,11 @@ _FRESH = flags.DEFINE_bool(
     "fresh", False, "Start over in a workdir that holds a previous run, moving its files "
     "into WORKDIR/previous/<UTC time>/ (nothing is deleted).")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks for config errors too.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator", None, "HOST:PORT of process 0, for a run over several processes; "
+    "without it JAX's cluster detection (SLURM, Open MPI, TPU pods) is tried.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0..N-1.")
 
 EXIT_CONFIG_ERROR = 2
 EXIT_THREAD_FAILURE = 1
@@ -69,14 +78,17 @@ def register_builtin_components() -> None:
 def run(config, workdir=None, stream=sys.stdout, fresh=False):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
   validation.check_config(config)
-  found = prepare_workdir(workdir, fresh, config)
+  main = distributed.is_main()
+  found = prepare_workdir(workdir, fresh, config) if main else None
   if found and stream:
     stream.write(found + "\n")
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
   register_builtin_components()
   experiment = builder.build(config)
-  if workdir:
+  if not main:  # Process 0 writes the run's files; this one only its own log.
+    stream, workdir = distributed.open_log(workdir, stream), None
+  elif workdir:
     with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
   try:
@@ -230,6 +242,7 @@ def main(argv):
     validation.check_config_file(config_flags.get_config_filename(flags.FLAGS["config"]))
   except ConfigError as e:
     _fail(str(e))
+  _start_processes()
   preemption.handle_sigterm()
   try:
     run(_CONFIG.value, _WORKDIR.value, fresh=_FRESH.value)
@@ -252,8 +265,25 @@ def main(argv):
     sys.exit(preemption.exit_status(interrupt))
 
 
+def _start_processes() -> None:
+  """jax.distributed, before anything touches a device (podracer/distributed.py)."""
+  given = [f.name for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID) if f.present]
+  if given and len(given) < 3:
+    _fail(f"--{', --'.join(given)} given alone; a run over several processes needs "
+          "--coordinator=HOST:PORT, --num_processes=N and --process_id=I together.")
+  if given and not 0 <= _PROCESS_ID.value < _NUM_PROCESSES.value:
+    _fail(f"--process_id={_PROCESS_ID.value} is not in 0..{_NUM_PROCESSES.value - 1} "
+          f"(--num_processes={_NUM_PROCESSES.value}).")
+  try:
+    distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  except Exception as e:  # pylint: disable=broad-except
+    sys.stderr.write(f"Could not join the other processes: {e}\n")
+    sys.exit(EXIT_THREAD_FAILURE)
+
+
 def entry_point():
-  app.run(main, flags_parser=_parse_flags)
+  with distributed.ends_process_on_failure():
+    app.run(main, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

@@ -33,16 +33,19 @@ class MetricsLogger:
   each of `progress_metrics` the record has. Lines
   are printed at most every `print_interval` seconds (every record is still written).
   With `stop_at_return`, `target_reached` turns true once a record's mean episode return
-  reaches it; runtimes check it after each record and stop early.
+  reaches it; runtimes check it after each record and stop early. `context` (how many
+  processes and devices took part) is added to every record.
   """
 
   def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
                print_interval: float = 1.0, total_env_steps: Optional[int] = None,
                stop_at_return: Optional[float] = None,
                resume_records: Optional[int] = None,
-               progress_metrics: Sequence[str] = PROGRESS_METRICS):
+               progress_metrics: Sequence[str] = PROGRESS_METRICS,
+               context: Optional[Dict[str, Any]] = None):
     self.workdir = workdir
     self.progress_metrics = tuple(progress_metrics)
+    self.context = dict(context or {})
     self.stream = stream
     self.print_interval = print_interval
     self.total_env_steps = total_env_steps
@@ -64,7 +67,7 @@ class MetricsLogger:
           workdir, resumed=self.records if resume_records is not None else None)
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
-    record = {k: _plain(v) for k, v in record.items()}
+    record = {**self.context, **{k: _plain(v) for k, v in record.items()}}
     record["wall_time"] = time.perf_counter() - self._start
     if compile_step:
       record["includes_compilation"] = True
@@ -116,6 +119,8 @@ class MetricsLogger:
     if sps:
       out["median_sps"] = sps[len(sps) // 2]
     out["wall_time"] = self.records[-1]["wall_time"]
+    if "params_checksum" in self.records[-1]:  # Several processes: see sebulba/learner.py.
+      out["params_checksum"] = self.records[-1]["params_checksum"]
     if self.target_reached:
       out["stopped_at_return"] = self.stop_at_return
     return out

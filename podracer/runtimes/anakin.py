@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer import distributed
 from podracer import evaluation as evaluation_lib
 from podracer import preemption, registry, trajectories
 from podracer.agent import Agent
@@ -75,7 +76,8 @@ class Anakin(Runtime):
     self.updates_per_call = options.updates_per_call
     self.plan = plan
     self.steps_per_call, self.num_calls = plan.steps_per_call, plan.num_calls
-    devices = topology.devices
+    # With several processes the pmap spans every process's devices (distributed.py).
+    self.pmap_devices = devices = distributed.pmap_devices(topology.devices)
     self._init = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS, devices=devices)
     self._step = jax.pmap(compile_once(self._run_updates, "The Anakin step"),
                           axis_name=REPLICA_AXIS, devices=devices, donate_argnums=(0,))
@@ -180,7 +182,7 @@ class Anakin(Runtime):
       state, first_call = checkpointer.restore(state)
       # Placed as `init` places it (same axis name), so the step does not compile again.
       state = jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
-                       devices=self.topology.devices)(state)
+                       devices=self.pmap_devices)(state)
     replay = self.agent.replay
     counts = device_counts(replay, state.agent.experience)
     meter = RateMeter(*counts) if counts else None

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer import distributed
 from podracer.agent import Agent
 from podracer.errors import ReplayTimeout
 from podracer.experience import HostReplay, sample_for_replicas
@@ -29,7 +30,8 @@ from podracer.runtime import Plan
 from podracer.runtimes.compile_once import compile_once
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Batch
-from podracer.runtimes.sebulba.params import ParamsStore, first_replica, shard_over
+from podracer.runtimes.sebulba.params import ParamsStore, checksum, first_replica
+from podracer.runtimes.sebulba.params import shard_over
 from podracer.types import REPLICA_AXIS, PyTree
 
 LearnerState = Tuple[PyTree, PyTree, PyTree]  # nets, opt, experience: [L, ...] each
@@ -53,7 +55,8 @@ class FromQueue:
     self.updates_per_batch = updates_per_batch
     self.meter = RateMeter()  # Rates of a device replay on the learners, if any.
     self._learn = jax.pmap(compile_once(self._learn_replica, "The Sebulba learner step"),
-                           axis_name=REPLICA_AXIS, devices=learners, donate_argnums=(0,))
+                           axis_name=REPLICA_AXIS, devices=distributed.pmap_devices(learners),
+                           donate_argnums=(0,))
 
   def _learn_replica(self, state, trajectory, key):
     nets, opt, experience = state
@@ -90,7 +93,8 @@ class FromReplay:
     self.meter = RateMeter(info["replay_inserts"], info["replay_samples"])
     self._learn = jax.pmap(compile_once(self._learn_replica,
                                         "The Sebulba replay learner step"),
-                           axis_name=REPLICA_AXIS, devices=learners, donate_argnums=(0,))
+                           axis_name=REPLICA_AXIS, devices=distributed.pmap_devices(learners),
+                           donate_argnums=(0,))
 
   def _learn_replica(self, nets_opt, sample, key):
     nets, opt = nets_opt
@@ -136,7 +140,13 @@ class Progress:
 class Learner:
   """The learner thread's loop: learn from the source until the actors have taken the
   plan's env steps, push parameters after every update, write metrics records, and call
-  `checkpoint` (if given) after each update: it saves when its interval is due."""
+  `checkpoint` (if given) after each update: it saves when its interval is due.
+
+  With several processes, every update takes one batch on each process: env steps and
+  steps/s count all of them (the processes step in lockstep), so each process makes the
+  same number of updates and the learners' collectives match. Episode statistics are
+  this process's. The last record carries `params_checksum`, to compare processes.
+  """
 
   MEANS = ("learner_update_time", "learner_wait_time", "policy_lag")
 
@@ -158,6 +168,8 @@ class Learner:
     runtime can return and checkpoint them."""
     total, progress = self.plan.total_env_steps, self.progress
     first, waited, started = True, 0.0, progress.updates
+    processes, first_learner = distributed.process_count(), distributed.process_index()
+    first_learner *= self.num_learners
     evaluated_at = progress.env_steps
     window = Window(self.MEANS)
     while progress.env_steps < total:
@@ -169,9 +181,9 @@ class Learner:
       if step is None:
         return
       for batch in step.batches:
-        progress.env_steps += batch.env_steps
+        progress.env_steps += batch.env_steps * processes
         progress.episodes += int(batch.episodes[0])
-        window.add_steps(batch.env_steps, batch.episodes)
+        window.add_steps(batch.env_steps * processes, batch.episodes)
         window.add_mean("policy_lag", progress.updates - batch.params_version)
         for k, v in batch.actor_times.items():
           window.add_mean(k, v)
@@ -180,8 +192,9 @@ class Learner:
       if self.fail_after_first_update and progress.updates == started + 1:
         raise threads.injected_failure("learner")
       key, learn_key = jax.random.split(self.key)
-      learn_keys = np.stack([np.asarray(k)
-                             for k in jax.random.split(learn_key, self.num_learners)])
+      # One key per learner of all processes; this process's learners take theirs.
+      learn_keys = np.stack([np.asarray(k) for k in jax.random.split(
+          learn_key, self.num_learners * processes)[first_learner:][:self.num_learners]])
       start = time.perf_counter()
       new_state, metrics = self.source.learn(tuple(state), step.inputs, learn_keys)
       self.store.push(first_replica(new_state[0]), progress.updates + 1)
@@ -202,6 +215,8 @@ class Learner:
                                progress.updates * self.plan.updates_per_call)
         record["queue_depth"] = self.source.batches.qsize()
         record.update(self.source.extras(tuple(state)))
+        if processes > 1 and progress.env_steps >= total:
+          record["params_checksum"] = checksum(first_replica(state[0]))
         record["first"] = first
         self.records.put(record)
         progress.records += 1

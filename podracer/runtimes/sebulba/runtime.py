@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from podracer import evaluation as evaluation_lib
-from podracer import registry, trajectories
+from podracer import distributed, registry, trajectories
 from podracer.agent import Agent, item_spec
 from podracer.errors import ConfigError
 from podracer.experience import host_replay
@@ -61,9 +61,10 @@ class SebulbaOptions:
       raise ConfigError("`runtime.inject_failure` is '', 'actor' or 'learner'.")
 
   def plan(self, topology: Any, total_env_steps: int) -> Plan:
-    del topology  # Every batch is one actor thread's trajectory, whatever the devices.
-    return plan_calls(self.num_envs_per_actor * self.rollout_length,
-                      self.updates_per_batch, total_env_steps)
+    del topology  # Every batch is one actor thread's trajectory, whatever the devices...
+    # ...on each process: an update over several takes one batch from each (learner.py).
+    return plan_calls(self.num_envs_per_actor * self.rollout_length
+                      * distributed.process_count(), self.updates_per_batch, total_env_steps)
 
 
 @registry.runtimes.register("sebulba")
@@ -89,12 +90,16 @@ class Sebulba(Runtime):
     # A host replay (Reverb) takes the actors' trajectories instead of the learner queue.
     self.replay = host_replay(agent)
     learners = topology.learner_devices
+    if self.replay is not None and distributed.process_count() > 1:
+      # Sampling may time out on one process and not another: their updates would differ.
+      raise ConfigError("Sebulba with a host replay runs in one process; over several "
+                        "processes use an agent that learns from the actors' queue.")
     if self.replay is None and options.num_envs_per_actor % len(learners):
       raise ConfigError(
           f"`runtime.num_envs_per_actor` ({options.num_envs_per_actor}) must divide evenly "
           f"over the {len(learners)} learner devices.")
     self._init_learner = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS,
-                                  devices=learners)
+                                  devices=distributed.pmap_devices(learners))
     self._act = jax.jit(functools.partial(act_and_advance_key, agent.act))
 
   def trajectory_spec(self, num_envs: int) -> Trajectory:
@@ -195,13 +200,17 @@ class Sebulba(Runtime):
     if evaluation is not None:
       learner.evaluate = self._evaluator(evaluation, group.stop)
     save_at_end = checkpointer is not None
+    # Processes would reach `stop_at_return` at different updates and leave the others
+    # waiting in a collective: over several processes the run takes all its env steps.
+    stops_early = distributed.process_count() == 1
     try:
       lag_bound = None if options.max_policy_lag is None else PolicyLagBound(
           options.max_policy_lag, first_update=learner.progress.updates)
       self._spawn_actors(group, store, output, restart=learner.progress.updates,
                          lag_bound=lag_bound)
       thread = group.spawn("learner", learner.run, state, group.stop)
-      while not group.stop.is_set() and thread.is_alive() and not logger.target_reached:
+      while (not group.stop.is_set() and thread.is_alive()
+             and not (stops_early and logger.target_reached)):
         group.stop.wait(threads.POLL)
         self._drain(records, logger)
     except BaseException as e:  # A failure's state is not worth resuming from.
@@ -268,7 +277,8 @@ class Sebulba(Runtime):
     options = self.options
     for j, device in enumerate(self.topology.actor_devices):
       for i in range(options.actor_threads_per_device):
-        index = i + j * 1000
+        # Distinct environments and keys on every thread of every process.
+        index = i + j * 1000 + distributed.process_index() * 100_000
         actor = Actor(self.agent, self._act, self.env_factory, device, index, self.seed,
                       options.num_envs_per_actor, options.rollout_length, store, output,
                       restart=restart, lag_bound=lag_bound,

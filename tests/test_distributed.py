@@ -1,0 +1,174 @@
+"""Runs over several processes (podracer/distributed.py, podracer/launch_local.py), on
+this machine's CPU with virtual devices and gloo collectives."""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from agents.ppo.config import cartpole_anakin
+from podracer import distributed, launch_local
+from tests.test_anakin import run_records
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Times and rates differ between runs; the process count is what differs on purpose
+# (the in-process run below records no process or device count).
+NOT_COMPARED = ("sps", "wall_time", "includes_compilation", "num_processes", "num_devices")
+# Learner metrics are means over the 8 replicas; gloo sums them across processes in
+# another order than XLA does within one, so they agree to float32 rounding only.
+LEARNER_KEYS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl",
+                "clip_fraction")
+ANAKIN_OVERRIDES = dict(seed=3, rollout_length=16, updates_per_call=1, total_env_steps=1024)
+
+
+def env():
+  path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+  out = dict(os.environ, PYTHONPATH=path)
+  out.pop("XLA_FLAGS", None)  # launch_local sets the device count.
+  return out
+
+
+def launch_local_cmd(num_processes, devices, *args):
+  return [sys.executable, "-m", "podracer.launch_local", f"--num_processes={num_processes}",
+          f"--devices_per_process={devices}", "--", *args]
+
+
+def run_launch_local(*args, timeout=240):
+  return subprocess.run(launch_local_cmd(*args), cwd=ROOT, env=env(), capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def records(workdir):
+  return [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+
+def result(text):
+  line = next(l for l in text.splitlines() if l.startswith("result: "))
+  return json.loads(line[len("result: "):])
+
+
+def test_anakin_two_processes_of_four_devices_match_one_of_eight(tmp_path):
+  o = ANAKIN_OVERRIDES
+  run = run_launch_local(
+      2, 4, "--config=agents/ppo/config.py:cartpole_anakin", f"--workdir={tmp_path}",
+      f"--config.seed={o['seed']}", f"--config.runtime.rollout_length={o['rollout_length']}",
+      f"--config.runtime.updates_per_call={o['updates_per_call']}",
+      f"--config.total_env_steps={o['total_env_steps']}")
+  assert run.returncode == 0, run.stderr[-3000:]
+  two = records(tmp_path)
+
+  config = cartpole_anakin()  # The same run in this process, on its 8 virtual devices.
+  config.seed, config.total_env_steps = o["seed"], o["total_env_steps"]
+  config.runtime.rollout_length = o["rollout_length"]
+  config.runtime.updates_per_call = o["updates_per_call"]
+  one, _ = run_records(config)
+
+  assert len(two) == len(one) == 2
+  for a, b in zip(two, one):
+    assert a["num_processes"] == 2 and a["num_devices"] == 8
+    exact = {k: v for k, v in a.items() if k not in NOT_COMPARED + LEARNER_KEYS}
+    assert exact == {k: b[k] for k in exact}
+    assert "episode_return" in exact and exact["episodes"] > 0
+    for k in LEARNER_KEYS:
+      assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-7), k
+  assert (tmp_path / "config.json").exists() and (tmp_path / "learning_curve.png").exists()
+  # Process 1 logged to its own file, and reached the same result.
+  log = (tmp_path / "process_1.log").read_text()
+  assert result(log)["final_episode_return"] == two[-1]["episode_return"]
+
+
+def test_sebulba_two_processes_end_with_identical_parameters(tmp_path):
+  run = run_launch_local(2, 2, "--config=agents/ppo/config.py:cartpole_sebulba",
+                         f"--workdir={tmp_path}", "--config.total_env_steps=6144")
+  assert run.returncode == 0, run.stderr[-3000:]
+  mine, theirs = result(run.stdout), result((tmp_path / "process_1.log").read_text())
+  assert re.fullmatch(r"[0-9a-f]{16}", mine["params_checksum"])
+  assert mine["params_checksum"] == theirs["params_checksum"]
+  # 768 steps per batch on each of 2 processes: 4 updates, counted over both.
+  assert mine["env_steps"] == theirs["env_steps"] == 6144
+  last = records(tmp_path)[-1]
+  assert last["num_processes"] == 2 and last["num_devices"] == 4
+  assert last["updates"] == 4
+
+
+def _children(pid):
+  found = {}
+  for entry in os.listdir("/proc"):
+    try:
+      with open(f"/proc/{entry}/stat") as f:
+        parent = int(f.read().rsplit(")", 1)[1].split()[1])
+      if parent == pid:
+        with open(f"/proc/{entry}/cmdline") as f:
+          found[int(re.search(r"--process_id=(\d)", f.read()).group(1))] = int(entry)
+    except (OSError, ValueError, AttributeError):
+      continue
+  return found
+
+
+def _alive(pid):
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+def test_killing_one_process_stops_the_other_within_30_s(tmp_path):
+  proc = subprocess.Popen(
+      launch_local_cmd(2, 2, "--config=agents/ppo/config.py:cartpole_sebulba",
+                       f"--workdir={tmp_path}", "--config.total_env_steps=10000000"),
+      cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    log = tmp_path / "process_1.log"
+    deadline = time.monotonic() + 180
+    while not (log.exists() and "env steps" in log.read_text()):  # Under way.
+      assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+      time.sleep(0.5)
+    children = _children(proc.pid)
+    assert sorted(children) == [0, 1]
+    os.kill(children[1], signal.SIGKILL)
+    killed = time.monotonic()
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - killed < 30
+    assert proc.returncode != 0
+    assert f"process 1 (pid {children[1]}) was killed by SIGKILL" in stderr
+    assert not _alive(children[0])
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.communicate()
+
+
+def test_cluster_detection_only_where_several_processes_were_started():
+  assert not distributed.cluster_detected({})
+  assert not distributed.cluster_detected({"SLURM_NTASKS": "1", "SLURM_JOB_ID": "7"})
+  assert distributed.cluster_detected({"SLURM_NTASKS": "4"})
+  assert distributed.cluster_detected({"OMPI_COMM_WORLD_SIZE": "2"})
+  assert distributed.cluster_detected({"TPU_WORKER_HOSTNAMES": "a,b"})
+  assert not distributed.cluster_detected({"TPU_WORKER_HOSTNAMES": "localhost"})
+
+
+def test_launch_local_sets_the_device_count_and_refuses_bad_arguments(capsys):
+  flags = launch_local.child_env(4, {"XLA_FLAGS": "--a --xla_force_host_platform_device_count=8"})
+  assert flags["XLA_FLAGS"] == "--a --xla_force_host_platform_device_count=4"
+  for argv in (["--num_processes=2"], ["--num_processes=0", "--", "--config=x"],
+               ["--num_processes=2", "--", "--config=x", "--process_id=1"]):
+    with pytest.raises(SystemExit) as e:
+      launch_local.parse(argv)
+    assert e.value.code == 2
+  assert "--process_id=1 is set by launch_local" in capsys.readouterr().err
+
+
+def test_launcher_wants_all_three_process_flags(tmp_path):
+  run = subprocess.run(
+      [sys.executable, "-m", "podracer.launch", "--config=agents/ppo/config.py:cartpole_anakin",
+       "--num_processes=2", f"--workdir={tmp_path}"],
+      cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+  assert run.returncode == 2
+  assert "--num_processes given alone" in run.stderr and "Traceback" not in run.stderr
