@@ -127,9 +127,10 @@ def impala_resnet() -> config_dict.ConfigDict:
 
 def replay(name: str, batch_size: int, max_size: int, min_size: int,
            samples_per_insert: Optional[float]) -> config_dict.ConfigDict:
-  """Keys both replays take (`device`, `reverb`), so `replay.name` switches between them;
-  `address` (reverb) joins an existing Reverb server; `checkpoint=True` (reverb) puts
-  the table in the run's checkpoints (a device replay always is)."""
+  """Keys every replay takes (`device`, `host`, `reverb`), so `replay.name` switches
+  between them; `address` (reverb) joins an existing Reverb server; `checkpoint=True`
+  (reverb) puts the table in the run's checkpoints (a device replay always is; a host
+  replay's contents are not yet)."""
   return section(name, batch_size=batch_size, max_size=max_size, min_size=min_size,
                  samples_per_insert=samples_per_insert,
                  error_buffer=config_dict.placeholder(float), priority_exponent=0.9,

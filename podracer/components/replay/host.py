@@ -112,7 +112,8 @@ class HostReplay(SampledBatch):
   between them): `max_size` items (sequences), `batch_size`, `min_size`,
   `samples_per_insert`, `error_buffer` (default max(1, samples_per_insert) * batch_size),
   `priority_exponent` (alpha), `initial_priority` (of items inserted without one);
-  `address` must stay None (no server). `timeout`: seconds a call waits on the rate
+  `address` must stay None (no server), `checkpoint` unset or False (its contents are
+  not checkpointed yet). `timeout`: seconds a call waits on the rate
   limiter before raising ReplayTimeout. `seed`: of the sampling generator.
   """
 
@@ -120,7 +121,11 @@ class HostReplay(SampledBatch):
                samples_per_insert: Optional[float] = None,
                error_buffer: Optional[float] = None, priority_exponent: float = 0.9,
                initial_priority: float = 1.0, address: Optional[str] = None,
-               timeout: float = 2.0, seed: int = 0):
+               timeout: float = 2.0, seed: int = 0, checkpoint: Optional[bool] = None):
+    if checkpoint:
+      raise ValueError("`checkpoint=True`: the host replay's contents are not checkpointed "
+                       "yet (a resumed run starts with an empty replay); leave "
+                       "`replay.checkpoint` unset, or use the device or Reverb replay.")
     if address is not None:
       raise ValueError(f"`address` ({address!r}) names a Reverb server, but this replay "
                        "lives in this process; use `replay.name=reverb` to join a server.")
