@@ -3,6 +3,7 @@
 #
 #   bash scripts/test.sh                      # both lanes: default, then reverb
 #   LANES=default bash scripts/test.sh        # only the default lane
+#   PARALLEL_LANES=1 bash scripts/test.sh     # lanes side by side (default with >= 4 cores)
 #   bash scripts/test.sh -k ppo -x            # extra arguments go to pytest
 #   bash scripts/test.sh tests/components     # paths given replace the default `tests`
 #
@@ -42,20 +43,46 @@ count() {  # count WORD LINE: the number before WORD in a pytest summary line (0
   echo "${n:-0}"
 }
 
-for lane in "${LANE_LIST[@]}"; do
-  venv=".venv"; [[ "$lane" == reverb ]] && venv=".venv-reverb"
+# run_lane LANE: sets the lane up and runs its tests; the whole output goes to stdout and
+# the pytest part to $LOG_DIR/LANE.log; "setup_ok rc setup_s test_s" to $LOG_DIR/LANE.status.
+run_lane() {
+  local lane="$1" venv=".venv" t0 t1 setup_s rc
+  [[ "$lane" == reverb ]] && venv=".venv-reverb"
   echo
   echo "================================ lane: $lane ($venv) ================================"
-
   t0=$SECONDS
   if bash scripts/setup_env.sh "$lane"; then
     setup_s=$((SECONDS - t0))
-    echo "---- $lane: setup took ${setup_s}s; running: python -m pytest ${TARGETS[*]:+${TARGETS[*]} }-q -ra $*"
+    echo "---- $lane: setup took ${setup_s}s; running: python -m pytest ${TARGETS[*]:+${TARGETS[*]} }-q -ra ${*:2}"
     t1=$SECONDS
-    log="$LOG_DIR/$lane.log"
-    PODRACER_LANE="$lane" "$venv/bin/python" -m pytest "${TARGETS[@]}" -q -ra --durations=25 "$@" 2>&1 | tee "$log"
+    PODRACER_LANE="$lane" "$venv/bin/python" -m pytest "${TARGETS[@]}" -q -ra --durations=25 "${@:2}" 2>&1 \
+      | tee "$LOG_DIR/$lane.log"
     rc=${PIPESTATUS[0]}
-    test_s=$((SECONDS - t1))
+    echo "1 $rc $setup_s $((SECONDS - t1))" > "$LOG_DIR/$lane.status"
+  else
+    rc=$?
+    echo "0 $rc $((SECONDS - t0)) 0" > "$LOG_DIR/$lane.status"
+  fi
+}
+
+# With 4 cores or more the lanes run side by side (each prints when it is done); with
+# fewer, one after the other, so timing tests do not share two cores with another lane.
+CORES="$(nproc 2>/dev/null || echo 1)"
+if [[ ${#LANE_LIST[@]} -gt 1 && "${PARALLEL_LANES:-$([[ $CORES -ge 4 ]] && echo 1 || echo 0)}" == 1 ]]; then
+  echo "test.sh: $CORES cores: running the lanes ${LANE_LIST[*]} side by side"
+  for lane in "${LANE_LIST[@]}"; do
+    run_lane "$lane" "$@" > "$LOG_DIR/$lane.out" 2>&1 &
+  done
+  wait
+  for lane in "${LANE_LIST[@]}"; do cat "$LOG_DIR/$lane.out"; done
+else
+  for lane in "${LANE_LIST[@]}"; do run_lane "$lane" "$@"; done
+fi
+
+for lane in "${LANE_LIST[@]}"; do
+  read -r setup_ok rc setup_s test_s < "$LOG_DIR/$lane.status" || { setup_ok=0; rc=1; setup_s=0; test_s=0; }
+  if [[ "$setup_ok" == 1 ]]; then
+    log="$LOG_DIR/$lane.log"
     line="$(grep -E '([0-9]+ (passed|failed|skipped|errors?|xfailed|xpassed|deselected|warnings?)|no tests ran)' "$log" \
             | grep -E ' in [0-9.]+s' | tail -n 1 | sed -E 's/^=+ //; s/ =+$//')"
     SUMMARY[$lane]="${line:-no pytest summary line (exit status $rc)}"
@@ -69,10 +96,9 @@ for lane in "${LANE_LIST[@]}"; do
       *) RESULT[$lane]="FAIL (pytest exit status $rc)"; STATUS=1 ;;
     esac
   else
-    rc=$?
     RESULT[$lane]="FAIL (setup_env.sh exit status $rc)"
     SUMMARY[$lane]="tests not run"
-    TIMES[$lane]="setup $((SECONDS - t0))s"
+    TIMES[$lane]="setup ${setup_s}s"
     STATUS=1
   fi
 done
