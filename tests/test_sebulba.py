@@ -243,6 +243,8 @@ def test_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown(agent):
   # Not PPO's one-update bound: here it would make actors wait for every CPU update of
   # the ResNet (tests of the bound are above).
   config.runtime.max_policy_lag = None
+  if agent == "ppo":
+    config.agent.num_epochs = 1  # 4 minibatch steps per update, not 16: a smoke test.
   records, (nets, _, experience), runtime = run_in_process(config)
 
   assert records[-1]["env_steps"] >= 50_000
