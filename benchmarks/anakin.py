@@ -57,22 +57,28 @@ def _paired_median_sps(fns, states, steps_per_call, repeats):
   return [statistics.median(r) for r in rates]
 
 
-def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
-  import jax
-  import jax.numpy as jnp
-
+def ppo_runtime(num_envs: int, rollout_length: int, updates: int):
+  """PPO cartpole_anakin's runtime on one device, `updates` updates per call."""
   from agents.ppo.config import cartpole_anakin
   from podracer import builder
-  from podracer.types import REPLICA_AXIS
 
-  updates = max(1, min_steps // (num_envs * rollout_length))
   config = cartpole_anakin()
   config.topology.num_devices = 1
   config.runtime.num_envs_per_device = num_envs
   config.runtime.rollout_length = rollout_length
   config.runtime.updates_per_call = updates
   config.total_env_steps = num_envs * rollout_length * updates
-  runtime = builder.build(config).runtime
+  return builder.build(config).runtime
+
+
+def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
+  import jax
+  import jax.numpy as jnp
+
+  from podracer.types import REPLICA_AXIS
+
+  updates = max(1, min_steps // (num_envs * rollout_length))
+  runtime = ppo_runtime(num_envs, rollout_length, updates)
   steps_per_call = runtime.steps_per_call
   state = runtime.init()
   device = runtime.topology.devices[:1]

@@ -8,17 +8,21 @@ see the same load (the CPU-second figure is the less load-sensitive one):
 Medians of `--calls` timed calls of 131,072 env steps each, after a compiling call.
 """
 
+import importlib.util
 import os
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.getcwd())  # The checkout it runs in, not this file's.
+# This file's benchmarks/anakin.py builds the runtime; podracer and agents come from the
+# checkout it runs in (cwd, put first after anakin.py has added its own root).
+_SPEC = importlib.util.spec_from_file_location(
+    "anakin_benchmark", os.path.join(os.path.dirname(os.path.abspath(__file__)), "anakin.py"))
+anakin_benchmark = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(anakin_benchmark)
+sys.path.insert(0, os.getcwd())
 
 import jax  # noqa: E402
-
-from agents.ppo.config import cartpole_anakin  # noqa: E402
-from podracer import builder  # noqa: E402
 
 try:  # Newer checkouts register their components in the launcher.
   from podracer import launch
@@ -29,14 +33,7 @@ except (ImportError, AttributeError):
 
 def main(calls: int = 9) -> None:
   for num_envs in (4, 64):
-    rollout, updates = 128, max(1, 131072 // (num_envs * 128))
-    config = cartpole_anakin()
-    config.topology.num_devices = 1
-    config.runtime.num_envs_per_device = num_envs
-    config.runtime.rollout_length = rollout
-    config.runtime.updates_per_call = updates
-    config.total_env_steps = num_envs * rollout * updates
-    runtime = builder.build(config).runtime
+    runtime = anakin_benchmark.ppo_runtime(num_envs, 128, max(1, 131072 // (num_envs * 128)))
     state = jax.block_until_ready(runtime._step(runtime.init())[0])
     wall, cpu = [], []
     for _ in range(calls):
