@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
-from podracer.components.replay.table import check_table_args
+from podracer.components.replay.table import check_table_args, default_error_buffer
 from podracer.experience import Sample
 from podracer.memory import check_device_fits, tree_bytes
 from podracer.types import PyTree, strip_weak_types
@@ -76,7 +76,7 @@ class DeviceReplay:
                      smallest_min_size=0)
     self.samples_per_insert = samples_per_insert
     self.error_buffer = (float(error_buffer) if error_buffer is not None else
-                         max(1.0, samples_per_insert or 1.0) * batch_size)
+                         default_error_buffer(samples_per_insert or 1.0, batch_size))
     self.capacity, self.batch_size, self.min_size = max_size, batch_size, min_size
     self.priority_exponent = float(priority_exponent)
     self.initial_priority = float(initial_priority)

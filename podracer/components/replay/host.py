@@ -51,7 +51,7 @@ import jax
 import numpy as np
 
 from podracer import registry
-from podracer.components.replay.table import check_table_args
+from podracer.components.replay.table import check_table_args, default_error_buffer
 from podracer.components.replay.sampled import SampledBatch
 from podracer.errors import ReplayTimeout
 from podracer.memory import check_fits, gib, host_memory
@@ -136,7 +136,7 @@ class HostReplay(SampledBatch):
     self.batch_size, self.max_size, self.min_size = batch_size, max_size, min_size
     self.samples_per_insert = samples_per_insert
     self.error_buffer = (float(error_buffer) if error_buffer is not None else
-                         max(1.0, samples_per_insert or 1.0) * batch_size)
+                         default_error_buffer(samples_per_insert or 1.0, batch_size))
     self.priority_exponent = float(priority_exponent)
     self.initial_priority = float(initial_priority)
     self.timeout = float(timeout)
