@@ -17,7 +17,7 @@ resumed run drops the records written after the checkpoint and appends from ther
 Checkpoints live in WORKDIR/checkpoints/<call>/. Orbax writes each one under a temporary
 name and renames it when complete, so a crash while saving never leaves a broken latest
 checkpoint; the last `keep` are kept. Saves copy the state to the host first and are
-synchronous: the runtime donates its state to the next step, so an asynchronous save of
+synchronous: the runtime may donate its state to the next step, so an asynchronous save of
 device buffers could read memory the step is already overwriting.
 """
 

@@ -150,3 +150,17 @@ def test_stop_at_return_ends_the_run_at_the_first_record_that_reaches_it():
   assert all(r.get("episode_return", -1) < 0.0 for r in records[:-1])
   assert summary["env_steps"] < config.total_env_steps
   assert summary["stopped_at_return"] == 0.0
+
+
+def test_state_is_donated_only_where_it_pays_and_results_do_not_depend_on_it(monkeypatch):
+  from podracer.runtimes import anakin
+  small = builder.build(small_config(2)).runtime
+  assert not small._donates()  # A few KiB of CPU state: donation would slow it down.
+  monkeypatch.setattr(anakin, "DONATE_MIN_CPU_BYTES", 0)
+  donating = builder.build(small_config(2)).runtime
+  assert donating._donates()
+  kept, donated = small.init(), donating.init()
+  kept_out, donated_out = small.step(kept)[1:], donating.step(donated)[1:]
+  assert not any(x.is_deleted() for x in jax.tree.leaves(kept))
+  assert all(x.is_deleted() for x in jax.tree.leaves(donated))
+  jax.tree.map(np.testing.assert_array_equal, kept_out, donated_out)

@@ -94,3 +94,13 @@ def test_unknown_nan_policy_is_a_config_error():
                   "--config.nan_policy=ignore")
   assert result.returncode == 2 and "`nan_policy`" in result.stderr
   assert "Traceback" not in result.stderr
+
+
+def test_all_finite_checks_every_float_dtype_and_ignores_integers():
+  finite = {"w": jnp.ones((3, 2)), "h": jnp.zeros(4, jnp.bfloat16),
+            "count": jnp.array(2**31 - 1, jnp.int32)}
+  assert bool(guards.all_finite(finite))
+  for name, bad in (("w", jnp.ones((3, 2)).at[1, 1].set(jnp.nan)),
+                    ("h", jnp.zeros(4, jnp.bfloat16).at[3].set(jnp.inf))):
+    assert not bool(guards.all_finite(dict(finite, **{name: bad}))), name
+  assert bool(guards.all_finite({"count": jnp.array(1)}))

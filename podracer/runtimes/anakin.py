@@ -3,7 +3,8 @@
 Per replica, one update is: a `lax.scan` over `rollout_length` steps of acting in a
 batch of JAX environments, then `agent.observe` and `agent.update`. `updates_per_call`
 updates are scanned together, and the whole thing is `pmap`ped over the topology's
-devices with the state donated, so the host only launches it and reads metrics.
+devices, so the host only launches it and reads metrics. The state is donated to each
+call (updated in place) on accelerators and whenever it is large (see `_donates`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from podracer.metrics import RateMeter, Window, device_counts, episode_sums
 from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import REPLICA_AXIS, AgentState, Trajectory, strip_weak_types
+
+
+# Donating the state saves holding two copies of it at each call: that matters for a
+# device replay and on accelerators. On XLA:CPU, donation slowed small programs by
+# 30-40% (PPO CartPole at 4 envs, benchmarks/anakin.py, in the reference PPO as well),
+# so a CPU state smaller than this is not donated.
+DONATE_MIN_CPU_BYTES = 64 * 2**20
 
 
 class AnakinState(NamedTuple):
@@ -80,9 +88,18 @@ class Anakin(Runtime):
     self.pmap_devices = devices = distributed.pmap_devices(topology.devices)
     self._init = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS, devices=devices)
     self._step = jax.pmap(compile_once(self._run_updates, "The Anakin step"),
-                          axis_name=REPLICA_AXIS, devices=devices, donate_argnums=(0,))
+                          axis_name=REPLICA_AXIS, devices=devices,
+                          donate_argnums=(0,) if self._donates() else ())
 
   # -- program ---------------------------------------------------------------------
+
+  def _donates(self) -> bool:
+    if any(d.platform != "cpu" for d in self.pmap_devices):
+      return True
+    key = jax.random.PRNGKey(0)
+    shapes = jax.eval_shape(self._init_replica, key, key)
+    return sum(x.size * getattr(x.dtype, "itemsize", 8)
+               for x in jax.tree.leaves(shapes)) >= DONATE_MIN_CPU_BYTES
 
   def init(self) -> AnakinState:
     """Replicated state: equal parameters, different environments on each replica."""
@@ -189,7 +206,7 @@ class Anakin(Runtime):
     done = first_call
     try:
       for call in range(first_call, self.num_calls):
-        # The state is donated to the step: SIGTERM waits for a whole call and its record.
+        # The state may be donated to the step: SIGTERM waits for a whole call and its record.
         with preemption.deferred():
           window = Window()
           state, metrics, episodes = self.step(state)
