@@ -46,6 +46,13 @@ def assemble(earlier: Trajectory, stepped: Trajectory, pending: Trajectory) -> T
                       earlier, stepped, pending)
 
 
+def extend(entries: Trajectory, new: Trajectory) -> Trajectory:
+  """The K entries a rollout starts from [K, B] + the T entries it made [T, B] -> the
+  [T+K, B] trajectory (the same as `assemble`, for rollouts that emit each step's new
+  entry rather than the one it stepped)."""
+  return jax.tree.map(lambda e, xs: jnp.concatenate([e, xs]), entries, new)
+
+
 def last_entries(trajectory: Trajectory, overlap: int) -> Trajectory:
   """The [K, B] entries that open the next trajectory."""
   return jax.tree.map(lambda x: x[-overlap:], trajectory)
