@@ -32,7 +32,7 @@ from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Batch
 from podracer.runtimes.sebulba.params import ParamsStore, checksum, first_replica
 from podracer.runtimes.sebulba.params import shard_over
-from podracer.types import REPLICA_AXIS, PyTree
+from podracer.types import REPLICA_AXIS, PyTree, replica_mean
 
 LearnerState = Tuple[PyTree, PyTree, PyTree]  # nets, opt, experience: [L, ...] each
 
@@ -43,7 +43,7 @@ class Step(NamedTuple):
 
 
 def _replica_mean_of_means(metrics):
-  return jax.lax.pmean(jax.tree.map(jnp.mean, metrics), REPLICA_AXIS)
+  return replica_mean(jax.tree.map(jnp.mean, metrics))
 
 
 class FromQueue:
