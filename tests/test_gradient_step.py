@@ -1,6 +1,8 @@
 """The framework-owned gradient step: each optimizer updates only what it owns, in order,
 with gradients averaged over replicas."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +10,7 @@ import optax
 import pytest
 
 from podracer.learning import STEP, Objective, gradient_step, init_opt_state
-from podracer.types import REPLICA_AXIS
+from podracer.types import REPLICA_AXIS, replica_mean
 
 LR_A, LR_B = 0.1, 0.5
 
@@ -71,6 +73,25 @@ def test_each_optimizer_updates_only_what_it_owns_with_replica_mean_gradients():
   assert not np.allclose(own["a"], expected["a"])
   assert set(metrics) == {"first_loss", "first_mean_a", "second_loss", "second_mean_b"}
   assert set(new_opt) == {"first", "second", STEP}
+
+
+def test_replica_mean_is_one_all_reduce_per_dtype_and_equals_pmean_per_leaf():
+  # Across processes each all-reduce of a leaf is a gloo round trip: a gradient must be
+  # one (podracer/types.py, `packed`).
+  devices = jax.local_devices()[:2]
+  tree = dict(w=jnp.arange(12.0).reshape(2, 2, 3), b=jnp.array([[1.5], [-2.0]]),
+              n=jnp.array([[3], [8]], jnp.int32), s=jnp.array([0.25, 4.0]))
+  per_leaf = jax.pmap(lambda t: jax.lax.pmean(t, REPLICA_AXIS), REPLICA_AXIS,
+                      devices=devices)
+  packed = jax.pmap(replica_mean, REPLICA_AXIS, devices=devices)
+  expected = per_leaf(tree)
+  for k, v in packed(tree).items():
+    assert v.dtype == expected[k].dtype and v.shape == expected[k].shape, k
+    np.testing.assert_array_equal(v, expected[k], err_msg=k)
+  hlo = packed.lower(tree).compile().as_text()
+  # The float32 leaves and the int32 one: two all-reduces of one operand each.
+  reduced = re.findall(r"= (\w+)\[(\d+)\]\S* all-reduce\(", hlo)
+  assert sorted(reduced) == [("f32", "8"), ("s32", "1")], hlo
 
 
 def gradient_step_without_mean(batch):

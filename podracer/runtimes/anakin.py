@@ -27,7 +27,8 @@ from podracer.experience import host_replay
 from podracer.metrics import RateMeter, Window, device_counts, episode_sums
 from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.compile_once import compile_once
-from podracer.types import REPLICA_AXIS, AgentState, Trajectory, strip_weak_types
+from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
+                            strip_weak_types)
 
 
 # Donating the state saves holding two copies of it at each call: that matters for a
@@ -167,7 +168,7 @@ class Anakin(Runtime):
                                               length=self.updates_per_call)
     # Episodes are summed over replicas here so the host reads one number per update.
     episodes = jax.lax.psum(episodes, REPLICA_AXIS)
-    metrics = jax.lax.pmean(metrics, REPLICA_AXIS)
+    metrics = replica_mean(metrics)
     return state, (metrics, episodes)
 
   # -- host loop -------------------------------------------------------------------

@@ -32,7 +32,7 @@ from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Batch
 from podracer.runtimes.sebulba.params import ParamsStore, checksum, first_replica
 from podracer.runtimes.sebulba.params import shard_over
-from podracer.types import REPLICA_AXIS, PyTree
+from podracer.types import REPLICA_AXIS, PyTree, replica_mean
 
 LearnerState = Tuple[PyTree, PyTree, PyTree]  # nets, opt, experience: [L, ...] each
 
@@ -43,7 +43,7 @@ class Step(NamedTuple):
 
 
 def _replica_mean_of_means(metrics):
-  return jax.lax.pmean(jax.tree.map(jnp.mean, metrics), REPLICA_AXIS)
+  return replica_mean(jax.tree.map(jnp.mean, metrics))
 
 
 class FromQueue:
@@ -137,6 +137,22 @@ class Progress:
   records: int = 0     # metrics records put (those of the run it resumed included)
 
 
+class StopVote:
+  """Over several processes, whether process 0 has reached `stop_at_return`, agreed in
+  one collective after every update: each process's logger sees its own episodes, and
+  stopping at different updates would leave the others waiting in the learners'
+  collectives. Process 0's vote decides, since its records are the run's metrics."""
+
+  def __init__(self, learners: List[jax.Device], target_reached: Callable[[], bool]):
+    self.target_reached, self.num_learners = target_reached, len(learners)
+    self._max = jax.pmap(lambda x: jax.lax.pmax(x, REPLICA_AXIS), REPLICA_AXIS,
+                         devices=distributed.pmap_devices(learners))
+
+  def __call__(self) -> bool:
+    vote = distributed.is_main() and self.target_reached()
+    return bool(self._max(np.full(self.num_learners, vote, np.int32))[0])
+
+
 class Learner:
   """The learner thread's loop: learn from the source until the actors have taken the
   plan's env steps, push parameters after every update, write metrics records, and call
@@ -145,7 +161,8 @@ class Learner:
   With several processes, every update takes one batch on each process: env steps and
   steps/s count all of them (the processes step in lockstep), so each process makes the
   same number of updates and the learners' collectives match. Episode statistics are
-  this process's. The last record carries `params_checksum`, to compare processes.
+  this process's. The last record carries `params_checksum`, to compare processes, and
+  a `stop_vote` (StopVote) ends every process after the same update.
   """
 
   MEANS = ("learner_update_time", "learner_wait_time", "policy_lag")
@@ -162,6 +179,7 @@ class Learner:
     # `evaluate(nets [L, ...], env_steps_before, env_steps)`: an `eval_return` when due.
     self.evaluate = evaluate
     self.fail_after_first_update = fail_after_first_update
+    self.stop_vote: Optional[StopVote] = None
 
   def run(self, state: List[Any], stop: threading.Event) -> None:
     """Updates `state` ([nets, opt, experience]), `key` and `progress` in place, so the
@@ -209,13 +227,14 @@ class Learner:
         evaluated_at = progress.env_steps
         if value is not None:
           window.add_mean("eval_return", value)
-      if (first or time.perf_counter() - window.start >= self.log_interval
-          or progress.env_steps >= total):
+      stopping = self.stop_vote is not None and self.stop_vote()
+      last = stopping or progress.env_steps >= total
+      if first or time.perf_counter() - window.start >= self.log_interval or last:
         record = window.record(progress.env_steps,
                                progress.updates * self.plan.updates_per_call)
         record["queue_depth"] = self.source.batches.qsize()
         record.update(self.source.extras(tuple(state)))
-        if processes > 1 and progress.env_steps >= total:
+        if processes > 1 and last:
           record["params_checksum"] = checksum(first_replica(state[0]))
         record["first"] = first
         self.records.put(record)
@@ -223,4 +242,6 @@ class Learner:
         first, window = False, Window(self.MEANS)
       if self.checkpoint is not None:
         self.checkpoint()
+      if stopping:
+        break
     stop.set()

@@ -24,7 +24,8 @@ from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Actor, Batch, ToLearners, ToReplay
 from podracer.runtimes.sebulba.actor import act_and_advance_key
-from podracer.runtimes.sebulba.learner import FromQueue, FromReplay, Learner, Progress
+from podracer.runtimes.sebulba.learner import (FromQueue, FromReplay, Learner, Progress,
+                                              StopVote)
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, first_replica
 from podracer.types import REPLICA_AXIS, Trajectory, strip_weak_types
 
@@ -200,9 +201,11 @@ class Sebulba(Runtime):
     if evaluation is not None:
       learner.evaluate = self._evaluator(evaluation, group.stop)
     save_at_end = checkpointer is not None
-    # Processes would reach `stop_at_return` at different updates and leave the others
-    # waiting in a collective: over several processes the run takes all its env steps.
+    # Over several processes the learners agree when to stop (StopVote), so that none
+    # waits in a collective for a process that stopped an update earlier.
     stops_early = distributed.process_count() == 1
+    if not stops_early and logger.stop_at_return is not None:
+      learner.stop_vote = StopVote(learners, lambda: logger.target_reached)
     try:
       lag_bound = None if options.max_policy_lag is None else PolicyLagBound(
           options.max_policy_lag, first_update=learner.progress.updates)
