@@ -76,7 +76,8 @@ class EnvironmentFactory:
 
   `kind` is the registered environment's declared kind ('jax' or 'host'), or None for a
   factory function that does not declare one, so a runtime can refuse an environment it
-  cannot run before building it with arguments it does not take.
+  cannot run before building it with arguments it does not take; `supports_async`,
+  whether its environments step between `send` and `recv` (host.py).
   """
 
   def __init__(self, section: Any):
@@ -84,6 +85,7 @@ class EnvironmentFactory:
     name = section.get("name") if hasattr(section, "get") else None
     factory = registry.environments.get(name, key="env.name") if name else None
     self.kind: Optional[str] = getattr(factory, "kind", None)
+    self.supports_async: bool = getattr(factory, "supports_async", False)
 
   def __call__(self, **runtime_kwargs: Any) -> Any:
     return registry.build(registry.environments, self.section, key="env", **runtime_kwargs)

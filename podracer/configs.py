@@ -64,7 +64,8 @@ def sebulba_runtime(num_envs_per_actor: int, rollout_length: int,
   return config_dict.ConfigDict(dict(
       name="sebulba", num_envs_per_actor=num_envs_per_actor, actor_threads_per_device=2,
       rollout_length=rollout_length, updates_per_batch=1, queue_size=2,
-      log_interval=log_interval, max_policy_lag=max_policy_lag, inject_failure=""))
+      log_interval=log_interval, max_policy_lag=max_policy_lag, env_mode="sync",
+      inject_failure=""))
 
 
 def anakin(c: config_dict.ConfigDict, num_envs_per_device: int, rollout_length: int,

@@ -27,7 +27,8 @@ from podracer.metrics import MetricsLogger
 from podracer.runtimes.sebulba import ParamsStore
 from podracer.runtimes.sebulba.params import PolicyLagBound
 from podracer.runtimes.sebulba.actor import stack_and_split as _stack_and_split
-from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, Trajectory
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType, Trajectory
+from tests.test_launch import launch as launch_and_wait
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SEBULBA_METRICS = ("sps", "learner_update_time", "learner_wait_time", "queue_depth",
@@ -180,6 +181,51 @@ def test_gymnasium_environments_run_under_sebulba():
   assert records[-1]["env_steps"] >= 4_000
   assert any(r.get("episodes", 0) > 0 for r in records)
   assert sebulba_threads() == []
+
+
+def test_async_env_mode_keeps_each_half_in_its_own_columns_with_true_episode_stats():
+  """runtime.env_mode=async: each actor thread steps two EnvPools of 6 CartPoles in turns;
+  the trajectories are still [T+1, 12], one fixed environment per column."""
+  config = ppo_config.cartpole_sebulba()
+  config.runtime.env_mode = "async"
+  config.total_env_steps = 12_000
+  records, (_, _, experience), runtime = run_in_process(config)
+
+  assert sebulba_threads() == []
+  assert records[-1]["env_steps"] >= 12_000
+  assert experience.action.shape == (6, 65, 2)  # [learners, T+1, 12 envs / 6 learners]
+  episodes = [r for r in records if "episode_return" in r]
+  assert episodes
+  for r in episodes:  # CartPole pays 1 per step: returns are lengths, within 1..500.
+    assert r["episode_return"] == pytest.approx(r["episode_length"])
+    assert 1 <= r["episode_return"] <= 500
+  step_type = np.asarray(experience.timestep.step_type)
+  x, x_dot, theta, theta_dot = np.moveaxis(np.asarray(experience.timestep.observation), -1, 0)
+  # Within each column a new episode starts after a LAST step only, and each step follows
+  # CartPole's Euler physics (position += 0.02 * velocity) from the column's previous
+  # one: a column fed by two environments would break both.
+  starts = step_type[:, 1:] == StepType.FIRST
+  assert np.array_equal(starts, step_type[:, :-1] == StepType.LAST)
+  for position, velocity in ((x, x_dot), (theta, theta_dot)):
+    expected = position[:, :-1] + 0.02 * velocity[:, :-1]
+    np.testing.assert_allclose(position[:, 1:][~starts], expected[~starts], atol=1e-5)
+
+
+def test_async_env_mode_refuses_environments_without_send_and_recv(tmp_path):
+  config = tmp_path / "config.py"
+  config.write_text(
+      "from agents.ppo.config import cartpole_sebulba\n"
+      "def get_config():\n"
+      "  c = cartpole_sebulba()\n"
+      "  c.env = dict(name='gymnasium', env_id='CartPole-v1')\n"
+      "  c.runtime.env_mode = 'async'\n"
+      "  return c\n")
+  result = launch_and_wait(f"--config={config}", f"--workdir={tmp_path / 'run'}")
+  assert result.returncode == 2, result.stderr
+  assert "Traceback" not in result.stderr
+  assert result.stderr.startswith("Config error: ") and result.stderr.count("\n\n") == 0
+  message = result.stderr.replace("\n", " ")
+  assert "`runtime.env_mode=async`" in message and "'gymnasium'" in message
 
 
 # -- learning: mean return >= 450 within 2M env steps ---------------------------------

@@ -1,7 +1,9 @@
 """EnvPool's C++ environments (Atari, MuJoCo, classic control, ...) as a `HostEnvironment`.
 
 EnvPool runs in synchronous mode (batch_size == num_envs): every `step` steps all
-environments on EnvPool's own threads. Its auto-reset already is ours: the step after a
+environments on EnvPool's own threads, and returns them in env_id order. `send` returns
+as soon as those threads have the actions (`supports_async`), so Sebulba's asynchronous
+actors drive two such pools, one stepping while the other's inference runs. Its auto-reset already is ours: the step after a
 LAST is a FIRST (reward 0, discount 1) that ignores its action. Two things are fixed up:
 
 * Time limits. EnvPool's dm_env output gives discount 0 at truncation (checked with
@@ -60,6 +62,8 @@ class EnvPool(HostEnvironment):
   `max_episode_steps`, `num_threads`.
   """
 
+  supports_async = True
+
   def __init__(self, task_id: str, num_envs: int, seed: int = 0, **env_kwargs: Any):
     super().__init__(num_envs, seed)
     envpool = _import_envpool()
@@ -109,9 +113,15 @@ class EnvPool(HostEnvironment):
     return timestep, self._tracker.reset()
 
   def step(self, action: np.ndarray) -> Tuple[TimeStep, EpisodeStats]:
+    self.send(action)
+    return self.recv()
+
+  def send(self, action: np.ndarray) -> None:
     if not self._started:
       raise RuntimeError("Call reset() before the first step() of an EnvPool environment.")
-    self._env.send(self._check_action(action))
+    self._env.send(self._check_action(action))  # Returns once EnvPool's threads have it.
+
+  def recv(self) -> Tuple[TimeStep, EpisodeStats]:
     timestep, true_reward, done = self._convert(
         self._env._recv())  # pylint: disable=protected-access
     return timestep, self._tracker.update(timestep.step_type, true_reward, done)

@@ -10,6 +10,11 @@ A terminated episode ends with discount 0, a truncated one (time limit) with dis
 Episode statistics are true episode totals: for Atari with reward clipping and episodic
 life they sum the unclipped rewards over the whole game, not over one life.
 
+`send(action)` then `recv()` is `step(action)` split in two, for Sebulba's asynchronous
+actors (`runtime.env_mode="async"`): an environment with `supports_async` steps between
+the two calls on threads of its own, so the caller can act on another batch meanwhile.
+Others keep the action and step inside `recv`, which is what the synchronous actors use.
+
 Each Sebulba actor thread builds its own instance with its own `seed`; the adapters derive
 distinct per-environment seeds from it with `env_seeds`, so consecutive actor seeds do
 not share environments (EnvPool and Gymnasium would otherwise seed env i with seed + i).
@@ -30,6 +35,8 @@ class HostEnvironment(abc.ABC):
 
   # Runtimes check this: Sebulba steps `host` environments, Anakin compiles `jax` ones.
   kind = "host"
+  # Whether `send` returns at once and the environments step on threads of their own.
+  supports_async = False
 
   def __init__(self, num_envs: int, seed: int = 0):
     if int(num_envs) < 1:
@@ -49,6 +56,15 @@ class HostEnvironment(abc.ABC):
   def step(self, action: np.ndarray) -> Tuple[TimeStep, EpisodeStats]:
     """Steps every environment with `action` ([B] discrete, or [B, ...] continuous, in
     the spec's bounds); see the module docstring."""
+
+  def send(self, action: np.ndarray) -> None:
+    """Starts `step(action)`; `recv` returns its result. Here the step waits for `recv`."""
+    self._sent = action
+
+  def recv(self) -> Tuple[TimeStep, EpisodeStats]:
+    """The result of the last `send`."""
+    action, self._sent = self._sent, None
+    return self.step(action)
 
   def close(self) -> None:
     """Releases threads, subprocesses and simulators; safe to call twice."""

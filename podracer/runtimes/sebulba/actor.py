@@ -57,28 +57,42 @@ def stack_and_split(num_learners: int, entries: List[Trajectory]) -> Trajectory:
   return split_for_learners(num_learners, trajectories.stack(entries))
 
 
+def join_groups(groups: List[PyTree]) -> PyTree:
+  """One pytree per group of environments ([B/G, ...] leaves) -> one [B, ...] pytree."""
+  if len(groups) == 1:
+    return groups[0]
+  return jax.tree.map(lambda *xs: jnp.concatenate(xs), *groups)
+
+
+def _trajectory(earlier, stepped, pending) -> Trajectory:
+  """earlier [K-1, B], T stepped entries per group, pending per group -> [T+K, B]."""
+  entries = [join_groups(list(step)) for step in zip(*stepped)]
+  return trajectories.assemble(earlier, trajectories.stack(entries), join_groups(pending))
+
+
 # Module-level jits with static sizes: every run (and `run_actors` call) of a runtime
 # reuses one compilation instead of compiling its own closure again mid-measurement.
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _assemble_split(num_learners: int, overlap: int, earlier, stepped, pending):
-  """(earlier, stepped entries, pending) -> (the trajectory split over the learners, the
-  next `earlier`)."""
-  trajectory = trajectories.assemble(earlier, trajectories.stack(stepped), pending)
+  """(earlier, stepped entries, pending), per group -> (the trajectory split over the
+  learners, the next `earlier`)."""
+  trajectory = _trajectory(earlier, stepped, pending)
   return split_for_learners(num_learners, trajectory), _next_earlier(trajectory, overlap)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
 def _assemble_items(agent: Agent, earlier, stepped, pending):
-  """(earlier, stepped entries, pending) -> (the trajectory's replay items, the next
-  `earlier`)."""
-  trajectory = trajectories.assemble(earlier, trajectories.stack(stepped), pending)
+  """(earlier, stepped entries, pending), per group -> (the trajectory's replay items,
+  the next `earlier`)."""
+  trajectory = _trajectory(earlier, stepped, pending)
   return agent.replay_items(trajectory), _next_earlier(trajectory,
                                                        agent.trajectory_overlap)
 
 
 @functools.partial(jax.jit, static_argnums=(1,))
-def _first_earlier(pending: Trajectory, overlap: int) -> Trajectory:
-  return trajectories.split_last(trajectories.first_entries(pending, overlap))[0]
+def _first_earlier(pending: List[Trajectory], overlap: int) -> Trajectory:
+  first = join_groups(pending)
+  return trajectories.split_last(trajectories.first_entries(first, overlap))[0]
 
 
 def _next_earlier(trajectory: Trajectory, overlap: int) -> Trajectory:
@@ -130,16 +144,24 @@ def _timed_put(q: "queue.Queue", batch: Batch, stop: threading.Event) -> Optiona
 
 
 class Actor:
-  """One actor thread's loop (`run`), on one actor device with its own environments."""
+  """One actor thread's loop (`run`), on one actor device with its own environments.
+
+  Its `num_envs` environments are `groups` fixed groups of num_envs/groups, each a host
+  environment of its own and the same columns of every trajectory. With one group
+  (`runtime.env_mode="sync"`) a step reads the action, steps and acts. With two
+  ("async") the thread takes turns: receive group g's step, dispatch its inference, read
+  its action and send it, then group 1-g, so each group's environments step on their own
+  threads while the other group is received and acted on.
+  """
 
   def __init__(self, agent: Agent, act: Callable[..., Any], env_factory: Callable[..., Any],
                device: jax.Device, index: int, seed: int, num_envs: int,
                rollout_length: int, store: ParamsStore, output: Any, restart: int = 0,
                lag_bound: Optional[PolicyLagBound] = None,
-               fail_after_first_batch: bool = False):
+               fail_after_first_batch: bool = False, groups: int = 1):
     self.agent, self.act, self.device, self.store, self.output = (
         agent, act, device, store, output)
-    self.num_envs, self.rollout_length = num_envs, rollout_length
+    self.num_envs, self.rollout_length, self.groups = num_envs, rollout_length, groups
     self.fail_after_first_batch = fail_after_first_batch
     self.env_factory, self.index, self.seed = env_factory, index, seed
     # A resumed run's actors (restart: the update it resumed at) draw new environments
@@ -149,24 +171,47 @@ class Actor:
 
   def run(self, stop: threading.Event) -> None:
     # Built on the actor's own thread, so a failing environment fails that thread.
-    env = self.env_factory(num_envs=self.num_envs, seed=(
-        self.seed * 10_000 + self.index + 7_919 * self.restart) % 2**31)
+    envs = []
     try:
-      self._loop(env, stop)
+      for g in range(self.groups):  # Group g's seed is far from other threads' indices.
+        envs.append(self.env_factory(num_envs=self.num_envs // self.groups, seed=(
+            self.seed * 10_000 + self.index + 7_919 * self.restart + 5_003 * g) % 2**31))
+      self._loop(envs, stop)
     finally:
-      env.close()
+      for env in envs:
+        env.close()
 
-  def _loop(self, env: Any, stop: threading.Event) -> None:
-    agent = self.agent
+  def _loop(self, envs: List[Any], stop: threading.Event) -> None:
+    agent, groups = self.agent, range(len(envs))
     key = jax.random.PRNGKey(self.seed * 7919 + 1 + self.index)
     if self.restart:
       key = jax.random.fold_in(key, self.restart)
     key = jax.device_put(key, self.device)
     key, init_key = jax.random.split(key)
-    actor_state = jax.device_put(agent.init_actor(init_key, self.num_envs), self.device)
-    timestep, _ = env.reset()  # Its contract was checked at build time.
-    pending = earlier = None
+    keys = [key] + [jax.random.fold_in(key, g) for g in groups[1:]]
+    # One state for all environments, split: per-environment states (R2D2's epsilons)
+    # then do not depend on the number of groups.
+    state, n = agent.init_actor(init_key, self.num_envs), self.num_envs // len(envs)
+    states = [jax.device_put(jax.tree.map(lambda x, g=g: x[g * n:(g + 1) * n], state),
+                             self.device) for g in groups]
+    timesteps = [env.reset()[0] for env in envs]  # Its contract was checked at build time.
+    pending: List[Trajectory] = []
+    earlier = None
     queue_wait = 0.0
+
+    def act(params, g, timestep):
+      """Dispatches group g's inference; the entry it will step with."""
+      out, next_state, keys[g] = self.act(params, states[g], timestep, keys[g])
+      entry = Trajectory(timestep, states[g], out.action, out.extras)
+      states[g] = next_state
+      return entry
+
+    def send(g, times):
+      t0 = time.perf_counter()
+      action = np.asarray(pending[g].action)  # Waits for this group's inference.
+      times["actor_inference"] += time.perf_counter() - t0
+      envs[g].send(action)
+
     while not stop.is_set():
       start = time.perf_counter()
       if self.lag_bound is None:
@@ -180,29 +225,25 @@ class Actor:
       # Queue waits are reported with the next batch: this one is already handed over.
       times = dict(actor_wait_params=time.perf_counter() - start, actor_env=0.0,
                    actor_inference=0.0, actor_wait_queue=queue_wait)
-      if pending is None:
-        out, next_state, key = self.act(params, actor_state, timestep, key)
-        pending = Trajectory(timestep, actor_state, out.action, out.extras)
-        actor_state = next_state
+      if not pending:  # From here on every group has a step in flight between batches.
+        pending = [act(params, g, timesteps[g]) for g in groups]
         earlier = _first_earlier(pending, agent.trajectory_overlap)
-      stepped = []
+        for g in groups:
+          send(g, times)
+      stepped: List[List[Trajectory]] = [[] for _ in groups]
       episodes = np.zeros(3)
       for _ in range(self.rollout_length):
-        if stop.is_set():
-          return
-        t0 = time.perf_counter()
-        action = np.asarray(pending.action)  # Waits for this thread's inference.
-        t1 = time.perf_counter()
-        timestep, stats = env.step(action)
-        t2 = time.perf_counter()
-        if np.any(stats.done):  # Host environments' stats are numpy arrays already.
-          episodes += episode_sums(stats, np)
-        out, next_state, key = self.act(params, actor_state, timestep, key)
-        stepped.append(pending)
-        pending = Trajectory(timestep, actor_state, out.action, out.extras)
-        actor_state = next_state
-        times["actor_inference"] += t1 - t0
-        times["actor_env"] += t2 - t1
+        for g in groups:
+          if stop.is_set():
+            return
+          t0 = time.perf_counter()
+          timestep, stats = envs[g].recv()
+          times["actor_env"] += time.perf_counter() - t0
+          if np.any(stats.done):  # Host environments' stats are numpy arrays already.
+            episodes += episode_sums(stats, np)
+          stepped[g].append(pending[g])
+          pending[g] = act(params, g, timestep)
+          send(g, times)
       output, earlier = self.output.finish(earlier, stepped, pending)
       batch = Batch(None, version, self.num_envs * self.rollout_length, episodes, times)
       if self.lag_bound is not None and not self.lag_bound.wait_turn(ticket, stop):

@@ -41,9 +41,11 @@ class SebulbaOptions:
   learner updates per trajectory, `queue_size` trajectories in flight, `log_interval`
   seconds between metrics records, `max_policy_lag` (None: unbounded; else actors act
   with parameters at most that many learner updates older than the update that learns
-  from their trajectory, see params.PolicyLagBound), and `inject_failure` ('actor' or
-  'learner': that thread raises once the run is under way, to test that failures stop
-  the run)."""
+  from their trajectory, see params.PolicyLagBound), `env_mode` ('sync': each actor
+  thread steps its environments, then acts; 'async': two halves, each stepping while the
+  other's inference runs, see actor.Actor; needs an environment with `supports_async`),
+  and `inject_failure` ('actor' or 'learner': that thread raises once the run is under
+  way, to test that failures stop the run)."""
   num_envs_per_actor: int = 16
   actor_threads_per_device: int = 2
   rollout_length: int = 32
@@ -51,9 +53,18 @@ class SebulbaOptions:
   queue_size: int = 2
   log_interval: float = 1.0
   max_policy_lag: Optional[int] = None
+  env_mode: str = "sync"
   inject_failure: str = ""
 
   def __post_init__(self):
+    if self.env_mode not in ("sync", "async"):
+      raise ConfigError(f"`runtime.env_mode` is 'sync' or 'async', got {self.env_mode!r}.")
+    envs = self.num_envs_per_actor
+    if self.env_mode == "async" and isinstance(envs, int) and envs % 2:
+      raise ConfigError(f"`runtime.env_mode=async` splits each actor thread's "
+                        f"`runtime.num_envs_per_actor` environments into two halves, so it "
+                        f"must be even, got {envs}; set --config.runtime.num_envs_per_actor="
+                        f"{envs + 1} or --config.runtime.env_mode=sync.")
     lag = self.max_policy_lag
     if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
       raise ConfigError(f"`runtime.max_policy_lag` is a number of learner updates >= 0, or "
@@ -99,6 +110,12 @@ class Sebulba(Runtime):
       raise ConfigError(
           f"`runtime.num_envs_per_actor` ({options.num_envs_per_actor}) must divide evenly "
           f"over the {len(learners)} learner devices.")
+    if options.env_mode == "async" and not getattr(env_factory, "supports_async", False):
+      name = getattr(getattr(env_factory, "section", None), "name", None) or "this one"
+      raise ConfigError(
+          f"`runtime.env_mode=async` steps environments between `send` and `recv` on their "
+          f"own threads, which the environment '{name}' does not support (EnvPool does: "
+          f"env.name=envpool); set --config.runtime.env_mode=sync.")
     self._init_learner = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS,
                                   devices=distributed.pmap_devices(learners))
     self._act = jax.jit(functools.partial(act_and_advance_key, agent.act))
@@ -285,7 +302,8 @@ class Sebulba(Runtime):
         actor = Actor(self.agent, self._act, self.env_factory, device, index, self.seed,
                       options.num_envs_per_actor, options.rollout_length, store, output,
                       restart=restart, lag_bound=lag_bound,
-                      fail_after_first_batch=options.inject_failure == "actor" and index == 0)
+                      fail_after_first_batch=options.inject_failure == "actor" and index == 0,
+                      groups=2 if options.env_mode == "async" else 1)
         group.spawn(f"actor-{device.id}-{i}", actor.run, group.stop)
 
   @staticmethod
