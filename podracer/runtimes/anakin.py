@@ -87,6 +87,7 @@ class Anakin(Runtime):
     self.steps_per_call, self.num_calls = plan.steps_per_call, plan.num_calls
     # With several processes the pmap spans every process's devices (distributed.py).
     self.pmap_devices = devices = distributed.pmap_devices(topology.devices)
+    self._on_cpu = all(d.platform == "cpu" for d in devices)
     self._init = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS, devices=devices)
     self._step = jax.pmap(compile_once(self._run_updates, "The Anakin step"),
                           axis_name=REPLICA_AXIS, devices=devices,
@@ -137,10 +138,11 @@ class Anakin(Runtime):
     def env_step(carry, step_key):
       env_state, action, actor_state = carry
       env_state, timestep, stats = self.env.step(env_state, action)
-      # Without the barrier XLA:CPU fuses the auto-reset select into the first layer and
-      # keeps the observation column-major, which moves that layer's dot off the fast
-      # (YNN) kernels: 5-7% of a 4-env PPO CartPole program (benchmarks/anakin.py).
-      timestep = jax.lax.optimization_barrier(timestep)
+      if self._on_cpu:
+        # Without the barrier XLA:CPU fuses the auto-reset select into the first layer and
+        # keeps the observation column-major, which moves that layer's dot off the fast
+        # (YNN) kernels: 5-7% of a 4-env PPO CartPole program (benchmarks/anakin.py).
+        timestep = jax.lax.optimization_barrier(timestep)
       out, next_actor_state = agent.act(nets, actor_state, timestep, step_key)
       # Each step emits the entry it makes and carries only what the next step needs:
       # XLA copies every value a loop both carries and emits (10% of a small program).
