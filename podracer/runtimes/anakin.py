@@ -96,7 +96,7 @@ class Anakin(Runtime):
   # -- program ---------------------------------------------------------------------
 
   def _donates(self) -> bool:
-    if any(d.platform != "cpu" for d in self.pmap_devices):
+    if not self._on_cpu:
       return True
     key = jax.random.PRNGKey(0)
     shapes = jax.eval_shape(self._init_replica, key, key)
