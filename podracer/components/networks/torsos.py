@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer.components.networks.conv import Conv2D
+
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 
@@ -75,8 +77,8 @@ class NatureCNN(hk.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     x = preprocess_image(x, self._channels_first)
     for i, (channels, kernel, stride) in enumerate(((32, 8, 4), (64, 4, 2), (64, 3, 1))):
-      x = hk.Conv2D(channels, kernel, stride=stride, padding="VALID",
-                    w_init=_orthogonal(), name=f"conv_{i}")(x)
+      x = Conv2D(channels, kernel, stride=stride, padding="VALID", w_init=_orthogonal(),
+                 name=f"conv_{i}")(x)
       x = jax.nn.relu(x)
     x = jnp.reshape(x, (x.shape[0], -1))
     x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
@@ -121,8 +123,8 @@ class ImpalaResNet(hk.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x = preprocess_image(x, self._channels_first)
-    conv = lambda c, name: hk.Conv2D(c, 3, stride=1, padding="SAME",
-                                     w_init=_orthogonal(), name=name)
+    conv = lambda c, name: Conv2D(c, 3, stride=1, padding="SAME", w_init=_orthogonal(),
+                                  name=name)
     for i, channels in enumerate(self._channels):
       x = conv(channels, f"section_{i}_conv")(x)
       x = max_pool_same(x, window=3, stride=2)
