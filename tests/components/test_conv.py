@@ -30,6 +30,15 @@ def test_conv2d_values_and_gradients_equal_jax_convolution(size, kernel, stride,
   for got, want in zip(jax.jit(jax.grad(loss(ours), (0, 1)))(x, w),
                        jax.jit(jax.grad(loss(reference), (0, 1)))(x, w)):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  # Both branches of the backward pass (CPU and accelerators) agree.
+  stride2 = (stride, stride)
+  pads = tuple(jax.lax.padtype_to_pads(x.shape[1:3], w.shape[:2], stride2, padding)
+               if isinstance(padding, str) else padding)
+  dy = jnp.cos(reference(x, w))
+  branches = [jax.jit(f, static_argnums=(3, 4))(x, w, dy, stride2, pads)
+              for f in (conv._canonical_grads, conv._jax_grads)]
+  for got, want in zip(*branches):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_conv2d_module_has_hk_conv2d_parameters_and_outputs():
