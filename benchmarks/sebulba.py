@@ -43,7 +43,7 @@ _THREADS = flags.DEFINE_list("threads", ["1", "2"], "Actor threads per actor dev
 _SECONDS = flags.DEFINE_float("seconds", 10.0, "Length of one timed window.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed windows per raw/actors figure.")
 _PHASES = flags.DEFINE_list("phases", ["raw", "actors", "full"],
-                            "What to measure (full Pong on a 2-core CPU takes minutes).")
+                            "What to measure (full Pong: about a minute per mode on 2 cores).")
 _ENV_MODES = flags.DEFINE_list("env_mode", ["sync", "async"],
                                "runtime.env_mode values to measure, each with its raw "
                                "ceiling in the same shape.")
