@@ -53,8 +53,8 @@ def test_pixel_catch_anakin_learns_from_frames_with_the_atari_settings(agent):
   It catches issue 9's defect: IMPALA's V-trace loss as a mean (not the paper's sum)
   under the paper's RMSProp (eps 0.01) makes updates so small that the policy stays
   near uniform: seed 0 then never passes -0.35 in the whole 122,880-step budget and ends
-  at -0.37, entropy 0.97 (ln 3 = 1.10). With the sum it passes 0.5 at 56,320 steps
-  (0.71; jax 0.10, 2026-11-24; 0.37 at 56k on jax 0.4.34, which passes later).
+  at -0.37, entropy 0.97 (ln 3 = 1.10). With the sum it passes 0.5 at 51,200 steps
+  (0.54; jax 0.10, 2026-11-24), at 66,560 on jax 0.4.34 (0.50).
   """
   config = PIXEL_CATCH[agent]()
   pong = {"impala": impala_config, "ppo": ppo_config}[agent].pong_sebulba()
