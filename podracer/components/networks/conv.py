@@ -4,9 +4,10 @@ Learners run their gradient steps inside `lax.scan`s (PPO's epochs and minibatch
 Anakin's updates per call, Sebulba's updates per batch). Inside a loop body, XLA:CPU
 keeps the gradient convolutions that JAX's transpose rules emit in their transposed
 dimension orders and runs them on a slow generic path, where outside a loop it moves
-them to its fast kernels. Measured with jax 0.10.2 and 0.4.34 on 2 cores
-(`benchmarks/conv_grad.py`): one IMPALA-ResNet gradient on 480 Pong frames, 5.6 s alone
-and 130 s as a one-step scan; PPO's Pong update, 16 minibatch steps in scans, 535 s.
+them to its fast kernels. On 2 cores, with jax 0.10.2 and 0.4.34 alike, a conv torso's
+gradient step was about 19x slower in a one-step scan than alone
+(`benchmarks/conv_grad.py`); a Sebulba IMPALA learner step on 480 Pong frames took 130 s
+(5.6 s for the same update outside a loop), PPO's Pong update 535 s.
 
 `conv2d` computes the same convolution (NHWC input, HWIO kernel), and on CPU writes both
 gradients as plain NHWC/HWIO convolutions with explicit transposes around them, which
