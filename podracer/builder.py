@@ -135,7 +135,12 @@ def _optimizer_steps(factory: Any, agent_kwargs: Dict[str, Any], param: str,
   per_update = factory.gradient_steps_per_update(**agent_kwargs)
   if isinstance(per_update, Mapping):
     per_update = per_update[param]
-  return total_updates * per_update
+  steps = total_updates * per_update
+  if steps > 2**31 - 1:  # Optimizer counts and schedules are int32 in the program.
+    raise ConfigError(f"total_env_steps gives {steps:,} optimizer steps for {param} "
+                      f"({total_updates:,} updates x {per_update}), more than int32 "
+                      f"schedules count (2,147,483,647); lower total_env_steps.")
+  return steps
 
 
 def build_agent(config: Any, spec: Any, total_updates: int) -> Any:

@@ -31,6 +31,10 @@ BAD_INPUTS = {
                                "--workdir=/proc/forbidden"], "--workdir=/proc/forbidden"),
     "config file missing": (["--config=agents/ppo/no_such_config.py:cartpole_anakin"],
                             "'agents/ppo/no_such_config.py' does not exist"),
+    # PPO Pong's annealed learning rate counts optimizer steps in int32.
+    "optimizer steps beyond int32": (["--config=agents/ppo/config.py:pong_sebulba",
+                                      "--config.total_env_steps=1000000000000"],
+                                     "total_env_steps gives 20,833,333,344 optimizer steps"),
     # R2D2's 4M observations as whole sequences of stacks: about 224 GiB on the device.
     "device replay beyond memory": (["--config=agents/r2d2/config.py:atari_sebulba",
                                      "--config.replay.name=device"],
