@@ -22,6 +22,8 @@ import inspect
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO
 
+import numpy as np
+
 from podracer import checkpoint, compose, contracts, distributed, evaluation, guards, registry
 from podracer.errors import ConfigError
 from podracer.metrics import LOG_KEYS, MetricsLogger
@@ -136,10 +138,11 @@ def _optimizer_steps(factory: Any, agent_kwargs: Dict[str, Any], param: str,
   if isinstance(per_update, Mapping):
     per_update = per_update[param]
   steps = total_updates * per_update
-  if steps > 2**31 - 1:  # Optimizer counts and schedules are int32 in the program.
+  limit = np.iinfo(np.int32).max  # Optimizer counts and schedules are int32 in the program.
+  if steps > limit:
     raise ConfigError(f"total_env_steps gives {steps:,} optimizer steps for {param} "
-                      f"({total_updates:,} updates x {per_update}), more than int32 "
-                      f"schedules count (2,147,483,647); lower total_env_steps.")
+                      f"({total_updates:,} updates x {per_update}), more than an int32 "
+                      f"schedule can count ({limit:,}); lower total_env_steps.")
   return steps
 
 
