@@ -189,11 +189,12 @@ def test_r2d2_sebulba_cartpole_reaches_400_within_500k_steps(replay):
   from tests.test_sebulba import one_device, run_in_process, sebulba_threads
   if replay == "reverb":
     requires_reverb()
+  defaults = r2d2_config.cartpole_sebulba()
+  assert defaults.replay.name == "reverb"
+  assert defaults.seed == 0 and defaults.total_env_steps == 500_000
   tries = []
   for seed in (0, 1, 2):
     config = one_device(r2d2_config.cartpole_sebulba())
-    assert config.replay.name == "reverb"  # the config's default
-    assert config.seed == 0 and config.total_env_steps == 500_000
     config.replay.name = replay
     config.seed = seed
     config.stop_at_return = 400.0  # ends the run when reached; the budget bounds it

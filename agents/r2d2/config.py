@@ -59,10 +59,10 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   embedded server), the learner samples them. `--config.replay.name=device` keeps the
   replay on the learner devices instead (the default lane, which has no Reverb)."""
   c = _base(total_env_steps=500_000)
-  # Values must propagate over ~100 steps (discount 0.99): 5-step targets and a target
-  # network copied every 50 updates get there in time.
-  # R2D2's discount 0.997 (not 0.99): with 0.99 runs often stalled for 100k-400k env
-  # steps with episodes ending after 200-300 steps (the cart's slow drift, we think).
+  # Values must propagate over hundreds of steps: 5-step targets and a target network
+  # copied every 50 updates get there in time. R2D2's discount 0.997, not 0.99: with
+  # 0.99 runs often stalled for 100k-400k env steps with episodes ending after 200-300
+  # steps (the cart's slow drift, we think).
   c.agent.update(dict(n_step=5, target_update_period=50, discount=0.997))
   # A few dozen environments explore too little with Ape-X's fixed epsilons alone (the
   # greedy policy starts out pushing one way): each starts at random and anneals over
