@@ -136,6 +136,12 @@ def _apply(objective: Objective, nets: PyTree, opt_state: Dict[str, PyTree], bat
   return _with_owned(objective, nets, optax.apply_updates(params, updates))
 
 
+def periodic_update(online: PyTree, target: PyTree, steps: jax.Array, period: int) -> PyTree:
+  """A target network after `steps` gradient steps: `online` copied in every `period`
+  steps (DQN's and R2D2's target), else unchanged."""
+  copy = steps % period == 0
+  return jax.tree.map(lambda o, t: jnp.where(copy, o, t), online, target)
+
 
 def minibatch_epochs(objectives: Sequence[Objective], nets: PyTree, opt_state: Dict[str, PyTree],
                      batch: PyTree, key: jax.Array, *, num_epochs: int, num_minibatches: int

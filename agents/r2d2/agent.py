@@ -26,7 +26,7 @@ from podracer import registry
 from podracer.agent import Agent
 from podracer.components.networks import RecurrentQNetwork
 from podracer.components.replay import importance_weights
-from podracer.learning import Objective, gradient_step
+from podracer.learning import Objective, gradient_step, periodic_update
 from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
 
 
@@ -181,9 +181,7 @@ class R2D2(Agent):
                                            (sample.items, weights, opt.target), None)
       abs_td, mask, q = out["abs_td"], out["mask"], out["q"]
       count = opt.updates + 1
-      target = jax.tree.map(
-          lambda online, old: jnp.where(count % self.target_update_period == 0, online, old),
-          nets, opt.target)
+      target = periodic_update(nets, opt.target, count, self.target_update_period)
       priorities = sequence_priorities(abs_td, mask, self.priority_eta)
       experience = self.replay.update_priorities(experience, sample, priorities)
       metrics = dict(loss=out["loss"], mean_q=jnp.mean(q), mean_abs_td=jnp.mean(abs_td),
