@@ -74,12 +74,13 @@ class NatureCNN(hk.Module):
     self._channels_first = channels_first
     self._hidden_size = hidden_size
 
+  def features(self, x: jax.Array) -> jax.Array:
+    """The last conv layer's map [B, h, w, 64], before the dense layer (MuZero's
+    representation; Haiku names its parameters under `~features`)."""
+    return _nature_features(self, x)
+
   def __call__(self, x: jax.Array) -> jax.Array:
-    x = preprocess_image(x, self._channels_first)
-    for i, (channels, kernel, stride) in enumerate(((32, 8, 4), (64, 4, 2), (64, 3, 1))):
-      x = Conv2D(channels, kernel, stride=stride, padding="VALID", w_init=_orthogonal(),
-                 name=f"conv_{i}")(x)
-      x = jax.nn.relu(x)
+    x = _nature_features(self, x)
     x = jnp.reshape(x, (x.shape[0], -1))
     x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
     return jax.nn.relu(x)
@@ -121,18 +122,38 @@ class ImpalaResNet(hk.Module):
     self._channels_first = channels_first
     self._hidden_size = hidden_size
 
+  def features(self, x: jax.Array) -> jax.Array:
+    """The last section's map [B, h, w, channels[-1]], before the final relu and dense
+    (MuZero's representation; Haiku names its parameters under `~features`)."""
+    return _impala_features(self, x)
+
   def __call__(self, x: jax.Array) -> jax.Array:
-    x = preprocess_image(x, self._channels_first)
-    conv = lambda c, name: Conv2D(c, 3, stride=1, padding="SAME", w_init=_orthogonal(),
-                                  name=name)
-    for i, channels in enumerate(self._channels):
-      x = conv(channels, f"section_{i}_conv")(x)
-      x = max_pool_same(x, window=3, stride=2)
-      for j in range(2):
-        block = f"section_{i}_block_{j}"
-        y = conv(channels, f"{block}_conv_0")(jax.nn.relu(x))
-        y = conv(channels, f"{block}_conv_1")(jax.nn.relu(y))
-        x = x + y
-    x = jnp.reshape(jax.nn.relu(x), (x.shape[0], -1))
+    x = jnp.reshape(jax.nn.relu(_impala_features(self, x)), (x.shape[0], -1))
     x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
     return jax.nn.relu(x)
+
+
+# The conv stacks, as plain functions of the module: called from `__call__` they create
+# the parameters under the module's own name, as before `features` existed.
+def _nature_features(module: NatureCNN, x: jax.Array) -> jax.Array:
+  x = preprocess_image(x, module._channels_first)  # pylint: disable=protected-access
+  for i, (channels, kernel, stride) in enumerate(((32, 8, 4), (64, 4, 2), (64, 3, 1))):
+    x = Conv2D(channels, kernel, stride=stride, padding="VALID", w_init=_orthogonal(),
+               name=f"conv_{i}")(x)
+    x = jax.nn.relu(x)
+  return x
+
+
+def _impala_features(module: ImpalaResNet, x: jax.Array) -> jax.Array:
+  x = preprocess_image(x, module._channels_first)  # pylint: disable=protected-access
+  conv = lambda c, name: Conv2D(c, 3, stride=1, padding="SAME", w_init=_orthogonal(),
+                                name=name)
+  for i, channels in enumerate(module._channels):  # pylint: disable=protected-access
+    x = conv(channels, f"section_{i}_conv")(x)
+    x = max_pool_same(x, window=3, stride=2)
+    for j in range(2):
+      block = f"section_{i}_block_{j}"
+      y = conv(channels, f"{block}_conv_0")(jax.nn.relu(x))
+      y = conv(channels, f"{block}_conv_1")(jax.nn.relu(y))
+      x = x + y
+  return x
