@@ -36,6 +36,8 @@ INSTALL_REQUIRES = [
     "jax>=0.4.34",
     "jaxlib>=0.4.34",
     "matplotlib>=3.8",
+    # Search for MuZero (agents/muzero/): 0.0.5 in the reverb lane (jax 0.4.34), current in the default.
+    "mctx>=0.0.5",
     "ml-collections>=0.1.1",
     "numpy>=1.26",
     "optax>=0.2.3",

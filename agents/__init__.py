@@ -1,6 +1,7 @@
 """Agents that ship with podracer; importing this registers them."""
 
 from agents import impala  # noqa: F401
+from agents import muzero  # noqa: F401
 from agents import ppo  # noqa: F401
 from agents import r2d2  # noqa: F401
 from agents import sac  # noqa: F401

@@ -4,7 +4,7 @@ NamedTuple of pure functions, for networks with more than one entry point).
 The actor-critic networks' `apply(params, observation [B, ...])` returns a
 `PolicyValueOutput` (logits [B, num_actions], value [B]); `init(key, observation)` takes a
 sample batch. `recurrent_q` is R2D2's; `gaussian_policy` and `twin_q` (continuous.py) are
-SAC's actor and critic.
+SAC's actor and critic; `muzero_mlp` and `muzero_resnet` (muzero.py) are MuZero's model.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from podracer.components.networks.continuous import (GaussianOutput, GaussianPol
                                                      squashed_gaussian_mode,
                                                      squashed_gaussian_sample, twin_q)
 from podracer.components.networks.cores import LSTMCore
+from podracer.components.networks.muzero import MuZeroNetwork, muzero_mlp, muzero_resnet
 from podracer.components.networks.heads import DuelingHead, PolicyValueHead, PolicyValueOutput
 from podracer.components.networks.torsos import (ACTIVATIONS, MLP, ImpalaResNet, NatureCNN,
                                                  activation_fn, preprocess_image)
@@ -175,7 +176,9 @@ __all__ = [
     "ACTIVATIONS", "ATARI_TORSOS", "DuelingHead", "GaussianOutput", "GaussianPolicyNetwork",
     "SquashedGaussianHead", "gaussian_policy", "squashed_gaussian_mode",
     "squashed_gaussian_sample", "twin_q", "ImpalaResNet", "LSTMCore", "MLP",
-    "NatureCNN", "PolicyValueHead", "PolicyValueOutput", "RecurrentQNetwork", "activation_fn",
+    "MuZeroNetwork", "NatureCNN", "PolicyValueHead", "PolicyValueOutput",
+    "RecurrentQNetwork", "activation_fn",
     "atari_actor_critic", "mlp_actor_critic", "mlp_shared_actor_critic",
-    "num_discrete_actions", "preprocess_image", "recurrent_q",
+    "muzero_mlp", "muzero_resnet", "num_discrete_actions", "preprocess_image",
+    "recurrent_q",
 ]
