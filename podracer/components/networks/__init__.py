@@ -24,11 +24,10 @@ from podracer.components.networks.continuous import (GaussianOutput, GaussianPol
 from podracer.components.networks.cores import LSTMCore
 from podracer.components.networks.muzero import MuZeroNetwork, muzero_mlp, muzero_resnet
 from podracer.components.networks.heads import DuelingHead, PolicyValueHead, PolicyValueOutput
-from podracer.components.networks.torsos import (ACTIVATIONS, MLP, ImpalaResNet, NatureCNN,
-                                                 activation_fn, preprocess_image)
-from podracer.types import ArraySpec, EnvSpec
-
-ATARI_TORSOS = {"impala": ImpalaResNet, "nature": NatureCNN}
+from podracer.components.networks.torsos import (ACTIVATIONS, ATARI_TORSOS, MLP,
+                                                 ImpalaResNet, NatureCNN, activation_fn,
+                                                 check_image_torso, preprocess_image)
+from podracer.types import EnvSpec
 
 
 def num_discrete_actions(spec: EnvSpec, network: str) -> int:
@@ -85,13 +84,7 @@ def atari_actor_critic(spec: EnvSpec, torso: str = "impala", channels_first: boo
   `hidden_size` default to the papers' values.
   """
   num_actions = num_discrete_actions(spec, "atari_actor_critic")
-  if torso not in ATARI_TORSOS:
-    raise ValueError(f"Unknown torso {torso!r} for network 'atari_actor_critic'; options: "
-                     f"{', '.join(sorted(ATARI_TORSOS))}.")
-  observation = getattr(spec, "observation", None)
-  if isinstance(observation, ArraySpec) and len(observation.shape) != 3:
-    raise ValueError(f"Network 'atari_actor_critic' needs image observations of rank 3 "
-                     f"([C, H, W] or [H, W, C]), got shape {tuple(observation.shape)}.")
+  check_image_torso(spec, torso, "atari_actor_critic")
   torso_kwargs: Dict[str, Any] = dict(channels_first=channels_first)
   if channels is not None:
     if torso != "impala":

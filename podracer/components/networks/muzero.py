@@ -23,8 +23,9 @@ import jax.numpy as jnp
 
 from podracer import registry
 from podracer.components.networks.conv import Conv2D
-from podracer.components.networks.torsos import MLP, ImpalaResNet, NatureCNN, activation_fn
-from podracer.types import ArraySpec, EnvSpec
+from podracer.components.networks.torsos import (ATARI_TORSOS, MLP, activation_fn,
+                                                 check_image_torso)
+from podracer.types import EnvSpec
 
 
 class MuZeroNetwork(NamedTuple):
@@ -115,9 +116,6 @@ class _ResidualBlock(hk.Module):
     return x + y
 
 
-ATARI_REPRESENTATIONS = {"impala": ImpalaResNet, "nature": NatureCNN}
-
-
 @registry.networks.register("muzero_resnet")
 def muzero_resnet(spec: EnvSpec, num_bins: int = 601, torso: str = "impala",
                   channels_first: bool = True, channels: Sequence[int] = (16, 32, 32),
@@ -127,13 +125,7 @@ def muzero_resnet(spec: EnvSpec, num_bins: int = 601, torso: str = "impala",
   one-hot planes beside it and apply `num_blocks` residual blocks; the heads are a dense
   layer on the flattened map."""
   num_actions = _check(spec, num_bins, "muzero_resnet")
-  if torso not in ATARI_REPRESENTATIONS:
-    raise ValueError(f"Unknown torso {torso!r} for network 'muzero_resnet'; options: "
-                     f"{', '.join(sorted(ATARI_REPRESENTATIONS))}.")
-  observation = getattr(spec, "observation", None)
-  if isinstance(observation, ArraySpec) and len(observation.shape) != 3:
-    raise ValueError(f"Network 'muzero_resnet' needs image observations of rank 3 "
-                     f"([C, H, W] or [H, W, C]), got shape {tuple(observation.shape)}.")
+  check_image_torso(spec, torso, "muzero_resnet")
   torso_kwargs = dict(channels_first=channels_first)
   if torso == "impala":
     torso_kwargs["channels"] = tuple(channels)
@@ -144,7 +136,7 @@ def muzero_resnet(spec: EnvSpec, num_bins: int = 601, torso: str = "impala",
                           hk.Linear(size, name=f"{name}_out")], name=name)
 
   def forward():
-    represent_torso = ATARI_REPRESENTATIONS[torso](name="torso", **torso_kwargs)
+    represent_torso = ATARI_TORSOS[torso](name="torso", **torso_kwargs)
     blocks = [_ResidualBlock(_width(torso, channels), name=f"dynamics_block_{i}")
               for i in range(num_blocks)]
     dynamics_in = Conv2D(_width(torso, channels), 3, stride=1, padding="SAME",

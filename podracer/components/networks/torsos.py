@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer.components.networks.conv import Conv2D
+from podracer.types import ArraySpec
 
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
@@ -157,3 +158,18 @@ def _impala_features(module: ImpalaResNet, x: jax.Array) -> jax.Array:
       y = conv(channels, f"{block}_conv_1")(jax.nn.relu(y))
       x = x + y
   return x
+
+
+ATARI_TORSOS = {"impala": ImpalaResNet, "nature": NatureCNN}
+
+
+def check_image_torso(spec, torso: str, network: str) -> None:
+  """ValueErrors for a conv `torso` that is not one of ATARI_TORSOS, or an observation
+  that is not an image of rank 3, naming `network`."""
+  if torso not in ATARI_TORSOS:
+    raise ValueError(f"Unknown torso {torso!r} for network '{network}'; options: "
+                     f"{', '.join(sorted(ATARI_TORSOS))}.")
+  observation = getattr(spec, "observation", None)
+  if isinstance(observation, ArraySpec) and len(observation.shape) != 3:
+    raise ValueError(f"Network '{network}' needs image observations of rank 3 "
+                     f"([C, H, W] or [H, W, C]), got shape {tuple(observation.shape)}.")
