@@ -1,0 +1,198 @@
+"""What every runtime with host environments and a learner thread shares (Sebulba, SEED):
+the learner's state on the learner devices, the data path (paths.py), checkpoints,
+evaluation, and the main thread's supervision of the threads.
+
+A subclass says only how trajectories are produced: `_spawn_producers` starts the threads
+(Sebulba's actor threads, SEED's inference server) that hand them to the path's output,
+`_poll` checks on anything outside the threads (SEED's worker processes) while the run
+goes on, and `_stop_producers` stops it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import queue
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+import jax
+import numpy as np
+
+from podracer import evaluation as evaluation_lib
+from podracer import distributed
+from podracer.agent import Agent
+from podracer.runtime import Runtime
+from podracer.runtimes.sebulba import threads
+from podracer.runtimes.sebulba.actor import act_and_advance_key
+from podracer.runtimes.sebulba.learner import Learner, Progress, StopVote
+from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, first_replica
+from podracer.types import REPLICA_AXIS, Trajectory, strip_weak_types
+
+
+class HostRuntime(Runtime):
+  """A learner thread fed through one data path (`self.path`) by producer threads.
+
+  Subclasses set `agent`, `spec`, `env_factory`, `topology`, `options`, `plan`, `seed`
+  and call `_use_path(path)` in their constructor."""
+
+  environment_kind = "host"
+
+  @classmethod
+  def environment_args(cls, seed: int):
+    return dict(num_envs=1, seed=seed)  # One environment is enough to read the spec.
+
+  def _use_path(self, path: Any) -> None:
+    self.path, self.replay = path, path.replay
+    self._init_learner = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS,
+                                  devices=distributed.pmap_devices(
+                                      self.topology.learner_devices))
+
+  def trajectory_spec(self, num_envs: int) -> Trajectory:
+    """Shapes of a [T+K, num_envs, ...] trajectory, without running."""
+    return self.path.trajectory_spec(num_envs)
+
+  def _init_replica(self, key):
+    nets = self.agent.init_nets(key)
+    return strip_weak_types((nets, self.agent.init_opt(nets), self.path.init_experience()))
+
+  def _start_learner(self) -> List[Any]:
+    n = len(self.topology.learner_devices)
+    nets, opt, experience = self._init_learner(
+        np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n))
+    return [nets, opt, experience]
+
+  # -- checkpoints (podracer/checkpoint.py) ----------------------------------------
+
+  def _restore(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
+    """Puts the latest checkpoint's learner state, key and counters in place."""
+    saved, _ = checkpointer.restore(dict(learner=tuple(state), key=learner.key))
+    # Placed as `_init_learner` places it, sharded over the learner devices.
+    state[:] = jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
+                        devices=self.topology.learner_devices)(saved["learner"])
+    learner.key = saved["key"]
+    meta = checkpointer.meta()
+    learner.progress = Progress(**{k: int(meta[k]) for k in ("env_steps", "updates",
+                                                             "episodes", "records")})
+
+  def _save(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
+    self.path.save(checkpointer)
+    progress = learner.progress
+    checkpointer.save(progress.updates, dict(learner=tuple(state), key=learner.key),
+                      progress.records, **dataclasses.asdict(progress))
+
+  # -- the run ---------------------------------------------------------------------
+
+  def run(self, logger, checkpointer: Optional[Any] = None,
+          evaluation: Optional[Any] = None) -> List[Any]:
+    """Trains; returns the learner state [nets, opt, experience], each [L, ...].
+
+    With a `checkpointer`, first resumes from its latest checkpoint (the learner's state
+    and counters; producers start new episodes), then saves every interval (from the
+    learner thread, between updates), at the end and when stopped. With an `evaluation`
+    (podracer/evaluation.py), the learner thread evaluates between updates.
+    """
+    state = self._start_learner()
+    output, source = self.path.open(checkpointer)
+    try:
+      self._train(logger, checkpointer, evaluation, state, output, source)
+    finally:
+      self.path.close()
+    return state
+
+  def _learner(self, source: Any, store: ParamsStore, records: "queue.Queue", logger,
+               state: List[Any], checkpointer: Optional[Any]) -> Learner:
+    learners = self.topology.learner_devices
+    learner = Learner(source, store, records, self.plan, len(learners),
+                      self.options.log_interval, jax.random.PRNGKey(self.seed + 1),
+                      Progress(records=len(logger.records)),
+                      fail_after_first_update=self.options.inject_failure == "learner")
+    if checkpointer is not None:
+      if checkpointer.latest() is not None:
+        self._restore(checkpointer, state, learner)
+      learner.checkpoint = lambda: checkpointer.due() and self._save(checkpointer, state,
+                                                                      learner)
+    # Over several processes the learners agree when to stop (StopVote), so that none
+    # waits in a collective for a process that stopped an update earlier.
+    if distributed.process_count() > 1 and logger.stop_at_return is not None:
+      learner.stop_vote = StopVote(learners, lambda: logger.target_reached)
+    return learner
+
+  def _train(self, logger, checkpointer, evaluation, state, output, source) -> None:
+    records: "queue.Queue[Dict[str, Any]]" = queue.Queue()
+    store = ParamsStore(self.topology.actor_devices)
+    learner = self._learner(source, store, records, logger, state, checkpointer)
+    store.push(first_replica(state[0]), version=learner.progress.updates)
+    group = threads.ThreadGroup()
+    if evaluation is not None:
+      learner.evaluate = HostEvaluator(self.agent, self.env_factory, evaluation,
+                                       seed=self.seed * 10_000 + 9_999, stop=group.stop)
+    save_at_end = checkpointer is not None
+    stops_early = distributed.process_count() == 1
+    lag = self.options.max_policy_lag
+    try:
+      self._spawn_producers(group, store, output, restart=learner.progress.updates,
+                            lag_bound=None if lag is None else PolicyLagBound(
+                                lag, first_update=learner.progress.updates))
+      thread = group.spawn("learner", learner.run, state, group.stop)
+      while (not group.stop.is_set() and thread.is_alive()
+             and not (stops_early and logger.target_reached)):
+        group.stop.wait(threads.POLL)
+        self._drain(records, logger)
+        self._poll(group)
+    except BaseException as e:  # A failure's state is not worth resuming from.
+      save_at_end = save_at_end and isinstance(e, KeyboardInterrupt)
+      raise
+    finally:
+      try:
+        group.shutdown()
+        self._stop_producers()
+        # Every thread has stopped, so the learner's state is whole (also after SIGTERM).
+        if save_at_end:
+          self._save(checkpointer, state, learner)
+      finally:
+        self._drain(records, logger)
+        if learner.evaluate is not None:
+          learner.evaluate.close()
+
+  def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore, output: Any,
+                       restart: int = 0, lag_bound: Optional[PolicyLagBound] = None) -> None:
+    raise NotImplementedError
+
+  def _poll(self, group: threads.ThreadGroup) -> None:
+    """Called by the main thread every `threads.POLL` seconds while the run goes on."""
+    del group
+
+  def _stop_producers(self) -> None:
+    """Called once every thread has stopped."""
+
+  @staticmethod
+  def _drain(records: "queue.Queue", logger) -> None:
+    for record in threads.drain(records):
+      logger.write(record, compile_step=record.pop("first", False))
+
+
+class HostEvaluator:
+  """`eval_return` for the learner thread (podracer/evaluation.py): the agent's evaluation
+  policy on a host environment of `evaluation.episodes` environments, built on first use."""
+
+  def __init__(self, agent: Agent, env_factory: Callable[..., Any], evaluation: Any,
+               seed: int, stop: threading.Event):
+    self.agent, self.env_factory, self.evaluation, self.seed, self.stop = (
+        agent, env_factory, evaluation, seed, stop)
+    self._act = jax.jit(functools.partial(act_and_advance_key, agent.eval_act))
+    self._env = None
+
+  def __call__(self, nets: Any, env_steps_before: int, env_steps: int) -> Optional[float]:
+    """Replica 0's `eval_return` if an evaluation is due, else None."""
+    if not self.evaluation.due(env_steps_before, env_steps):
+      return None
+    if self._env is None:
+      self._env = self.env_factory(num_envs=self.evaluation.episodes, seed=self.seed)
+    return evaluation_lib.host_return(self._act, self.agent.init_eval_actor, self._env,
+                                      first_replica(nets), self.evaluation.key(env_steps),
+                                      self.stop)
+
+  def close(self) -> None:
+    if self._env is not None:
+      self._env.close()
