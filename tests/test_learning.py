@@ -14,6 +14,7 @@ def best_return_by(records, env_steps):
   return max(returns) if returns else float("-inf")
 
 
+@pytest.mark.default_lane_only
 def test_ppo_cartpole_anakin_reaches_475_within_500k_steps():
   config = cartpole_anakin()
   config.topology.num_devices = 1
@@ -45,6 +46,7 @@ ATARI_OPTIMIZERS = {
 }
 
 
+@pytest.mark.default_lane_only
 @pytest.mark.parametrize("agent", PIXEL_CATCH)
 def test_pixel_catch_anakin_learns_from_frames_with_the_atari_settings(agent):
   """Catch seen as [4, 20, 10] uint8 frame stacks, learned by the Atari ResNet with each

@@ -20,9 +20,9 @@ from tests.reverb_support import current_lane
 from tests.test_launch import launch
 
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
-learning = pytest.mark.skipif(
-    current_lane() == "reverb", reason="MuZero's learning tests run in the default lane; "
-    "the reverb lane (XLA:CPU 2.3x slower) runs its unit tests and traces each config")
+# The reverb lane (XLA:CPU 2.3x slower) runs MuZero's unit tests and traces each config;
+# the learning tests run in the default lane (tests/conftest.py).
+learning = pytest.mark.default_lane_only
 
 
 def _catch(**agent):

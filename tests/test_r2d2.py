@@ -157,6 +157,7 @@ def test_runtimes_refuse_replays_they_cannot_drive():
     builder.build(config)
 
 
+@pytest.mark.default_lane_only
 def test_r2d2_catch_anakin_reaches_0_9_within_300k_steps():
   config = _catch(1)
   assert config.seed == 0 and config.total_env_steps == 300_000

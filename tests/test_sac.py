@@ -128,6 +128,7 @@ def _reached(records, budget):
   return steps
 
 
+@pytest.mark.default_lane_only
 def test_sac_pendulum_anakin_reaches_minus_250_within_100k_steps():
   config = sac_config.pendulum_anakin()
   config.topology.num_devices = 1
@@ -137,6 +138,7 @@ def test_sac_pendulum_anakin_reaches_minus_250_within_100k_steps():
   _reached(summary["records"], 100_000)
 
 
+@pytest.mark.default_lane_only
 def test_sac_pendulum_sebulba_reaches_minus_250_within_150k_steps():
   """The same agent on EnvPool's Pendulum-v1, replay on the learner device."""
   from tests.test_sebulba import one_device, run_in_process, sebulba_threads
