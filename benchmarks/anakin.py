@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
 import sys
-import time
 
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.timing import (acting_only, median_sps, paired_median_sps,  # noqa: E402
+                               ppo_runtime)
 
 _NUM_ENVS = flags.DEFINE_list("num_envs", ["4", "16", "64", "256", "1024"],
                               "Environments per device.")
@@ -33,47 +34,8 @@ _MIN_STEPS = flags.DEFINE_integer("min_steps_per_call", 131072,
                                   "Work per timed call, so launch overhead stays small.")
 
 
-def _median_sps(fn, state, steps_per_call, repeats):
-  import jax
-  state = jax.block_until_ready(fn(state))  # Compile and warm up.
-  rates = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    state = jax.block_until_ready(fn(state))
-    rates.append(steps_per_call / (time.perf_counter() - start))
-  return statistics.median(rates)
-
-
-def _paired_median_sps(fns, states, steps_per_call, repeats):
-  """Medians of alternating timed calls of each fn: a noisy machine slows all alike."""
-  import jax
-  states = [jax.block_until_ready(fn(state)) for fn, state in zip(fns, states)]
-  rates = [[] for _ in fns]
-  for _ in range(repeats):
-    for i, fn in enumerate(fns):
-      start = time.perf_counter()
-      states[i] = jax.block_until_ready(fn(states[i]))
-      rates[i].append(steps_per_call / (time.perf_counter() - start))
-  return [statistics.median(r) for r in rates]
-
-
-def ppo_runtime(num_envs: int, rollout_length: int, updates: int):
-  """PPO cartpole_anakin's runtime on one device, `updates` updates per call."""
-  from agents.ppo.config import cartpole_anakin
-  from podracer import builder
-
-  config = cartpole_anakin()
-  config.topology.num_devices = 1
-  config.runtime.num_envs_per_device = num_envs
-  config.runtime.rollout_length = rollout_length
-  config.runtime.updates_per_call = updates
-  config.total_env_steps = num_envs * rollout_length * updates
-  return builder.build(config).runtime
-
-
 def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
   import jax
-  import jax.numpy as jnp
 
   from podracer.types import REPLICA_AXIS
 
@@ -97,27 +59,15 @@ def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
     return jax.lax.scan(body, carry, None, length=rollout_length * updates)[0]
 
   env_fn = jax.pmap(env_only, axis_name=REPLICA_AXIS, devices=device)
-  env_sps = _median_sps(env_fn, (state.env, state.key), steps_per_call, repeats)
+  env_sps = median_sps(env_fn, (state.env, state.key), steps_per_call, repeats)
 
-  # Acting alone: the runtime's own rollout, without observe/update.
-  def act_only(s):
-    def body(s, _):
-      key, rollout_key = jax.random.split(s.key)
-      _, env_state, pending, actor_state, _ = runtime._rollout(
-          s.agent.nets, s.env, s.pending, s.agent.actor, rollout_key)
-      return s._replace(env=env_state, pending=pending, key=key,
-                        agent=s.agent._replace(actor=actor_state)), None
-    return jax.lax.scan(body, s, None, length=updates)[0]
-
-  act_fn = jax.pmap(act_only, axis_name=REPLICA_AXIS, devices=device)
-  act_sps = _median_sps(act_fn, state, steps_per_call, repeats)
+  act_sps = median_sps(acting_only(runtime, updates), state, steps_per_call, repeats)
 
   from benchmarks import ppo_reference
   init_reference, train_reference = ppo_reference.make(num_envs, rollout_length, updates)
-  ppo_sps, ref_sps = _paired_median_sps(
+  ppo_sps, ref_sps = paired_median_sps(
       [lambda s: runtime._step(s)[0], lambda s: train_reference(s)[0]],
       [state, init_reference()], steps_per_call, repeats)
-  del jnp
   return env_sps, act_sps, ppo_sps, ref_sps
 
 

@@ -1,0 +1,63 @@
+"""Timing helpers the benchmarks share (no flags here: each script defines its own)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def median_sps(fn, state, steps_per_call, repeats):
+  import jax
+  state = jax.block_until_ready(fn(state))  # Compile and warm up.
+  rates = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    state = jax.block_until_ready(fn(state))
+    rates.append(steps_per_call / (time.perf_counter() - start))
+  return statistics.median(rates)
+
+
+def paired_median_sps(fns, states, steps_per_call, repeats):
+  """Medians of alternating timed calls of each fn: a noisy machine slows all alike."""
+  import jax
+  states = [jax.block_until_ready(fn(state)) for fn, state in zip(fns, states)]
+  rates = [[] for _ in fns]
+  for _ in range(repeats):
+    for i, fn in enumerate(fns):
+      start = time.perf_counter()
+      states[i] = jax.block_until_ready(fn(states[i]))
+      rates[i].append(steps_per_call / (time.perf_counter() - start))
+  return [statistics.median(r) for r in rates]
+
+
+def ppo_runtime(num_envs: int, rollout_length: int, updates: int):
+  """PPO cartpole_anakin's runtime on one device, `updates` updates per call."""
+  from agents.ppo.config import cartpole_anakin
+  from podracer import builder
+
+  config = cartpole_anakin()
+  config.topology.num_devices = 1
+  config.runtime.num_envs_per_device = num_envs
+  config.runtime.rollout_length = rollout_length
+  config.runtime.updates_per_call = updates
+  config.total_env_steps = num_envs * rollout_length * updates
+  return builder.build(config).runtime
+
+
+def acting_only(runtime, updates: int):
+  """The runtime's own rollouts, `updates` of them, without observe or update: a pmapped
+  function of the runtime's state on its first device."""
+  import jax
+
+  from podracer.types import REPLICA_AXIS
+
+  def act_only(s):
+    def body(s, _):
+      key, rollout_key = jax.random.split(s.key)
+      _, env_state, pending, actor_state, _ = runtime._rollout(
+          s.agent.nets, s.env, s.pending, s.agent.actor, rollout_key)
+      return s._replace(env=env_state, pending=pending, key=key,
+                        agent=s.agent._replace(actor=actor_state)), None
+    return jax.lax.scan(body, s, None, length=updates)[0]
+
+  return jax.pmap(act_only, axis_name=REPLICA_AXIS, devices=runtime.topology.devices[:1])
