@@ -46,6 +46,10 @@ def check_config(config: Any) -> None:
       raise ConfigError(f"Config key `{key}` counts something and must be a positive "
                         f"integer, got {value!r}; set it with --config.{key}=N, N >= 1.")
   _check_minibatches(config)
+  _check_seed(config.get("seed", 0))
+  for name, section in config.items():
+    if name == "network" or name.endswith("_network"):
+      _check_layer_sizes(name, section)
   interval = config.get("checkpoint_interval", 0.0)
   if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
     raise ConfigError(f"Config key `checkpoint_interval` is the number of seconds between "
@@ -59,6 +63,31 @@ def check_config(config: Any) -> None:
   if policy not in NAN_POLICIES:
     raise ConfigError(f"Config key `nan_policy` is one of {', '.join(map(repr, NAN_POLICIES))}"
                       f" (what a non-finite loss or parameter does), got {policy!r}.")
+
+
+def _check_seed(seed: Any) -> None:
+  if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+    raise ConfigError(f"Config key `seed` seeds JAX's random keys and must be an integer in "
+                      f"[0, 2**63), got {seed!r}; set it with --config.seed=N.")
+
+
+def _check_layer_sizes(name: str, network: Any) -> None:
+  """A network section's `*_size`, `*_sizes` and `channels` entries: positive integers
+  (None, where a network allows it, leaves a layer out)."""
+  if not hasattr(network, "items"):
+    return
+  for key, value in network.items():
+    if value is None:
+      continue
+    if key.endswith("_size"):
+      values = (value,)
+    elif key.endswith("_sizes") or key == "channels":
+      values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    else:
+      continue
+    if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in values):
+      raise ConfigError(f"Config key `{name}.{key}` gives layer widths, each a positive "
+                        f"integer, got {value!r}; e.g. --config.{name}.{key}=(64,64).")
 
 
 def _check_minibatches(config: Any) -> None:

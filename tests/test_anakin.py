@@ -155,10 +155,10 @@ def test_stop_at_return_ends_the_run_at_the_first_record_that_reaches_it():
 def test_state_is_donated_only_where_it_pays_and_results_do_not_depend_on_it(monkeypatch):
   from podracer.runtimes import anakin
   small = builder.build(small_config(2)).runtime
-  assert not small._donates()  # A few KiB of CPU state: donation would slow it down.
+  assert not small._donates(small._state_bytes())  # A few KiB of CPU state: donation would slow it down.
   monkeypatch.setattr(anakin, "DONATE_MIN_CPU_BYTES", 0)
   donating = builder.build(small_config(2)).runtime
-  assert donating._donates()
+  assert donating._donates(donating._state_bytes())
   kept, donated = small.init(), donating.init()
   kept_out, donated_out = small.step(kept)[1:], donating.step(donated)[1:]
   assert not any(x.is_deleted() for x in jax.tree.leaves(kept))

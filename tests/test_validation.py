@@ -29,6 +29,18 @@ BAD_INPUTS = {
                                   "4 x 128 = 512 transitions"),
     "workdir not creatable": (["--config=agents/ppo/config.py:cartpole_anakin",
                                "--workdir=/proc/forbidden"], "--workdir=/proc/forbidden"),
+    "seed beyond int64": (["--config=agents/ppo/config.py:cartpole_anakin",
+                           "--config.seed=99999999999999999999"], "`seed`"),
+    "negative layer width": (["--config=agents/ppo/config.py:cartpole_anakin",
+                              "--config.network.hidden_sizes=(64,-1)"],
+                             "`network.hidden_sizes`"),
+    "negative critic width": (["--config=agents/sac/config.py:pendulum_anakin",
+                               "--config.critic_network.hidden_sizes=(0,)"],
+                              "`critic_network.hidden_sizes`"),
+    # 10^9 CartPole environments x 128 steps per replica: terabytes of trajectory.
+    "Anakin state beyond memory": (["--config=agents/ppo/config.py:cartpole_anakin",
+                                    "--config.runtime.num_envs_per_device=1000000000"],
+                                   "`runtime.num_envs_per_device`"),
     "config file missing": (["--config=agents/ppo/no_such_config.py:cartpole_anakin"],
                             "'agents/ppo/no_such_config.py' does not exist"),
     # PPO Pong's annealed learning rate counts optimizer steps in int32.

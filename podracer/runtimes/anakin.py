@@ -24,6 +24,7 @@ from podracer.agent import Agent
 from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError
 from podracer.experience import host_replay
+from podracer.memory import check_device_fits, tree_bytes
 from podracer.metrics import RateMeter, Window, device_counts, episode_sums
 from podracer.runtime import Plan, Runtime, plan_calls
 from podracer.runtimes.compile_once import compile_once
@@ -88,20 +89,40 @@ class Anakin(Runtime):
     # With several processes the pmap spans every process's devices (distributed.py).
     self.pmap_devices = devices = distributed.pmap_devices(topology.devices)
     self._on_cpu = all(d.platform == "cpu" for d in devices)
+    state_bytes = self._state_bytes()
+    self._check_memory(state_bytes)
     self._init = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS, devices=devices)
     self._step = jax.pmap(compile_once(self._run_updates, "The Anakin step"),
                           axis_name=REPLICA_AXIS, devices=devices,
-                          donate_argnums=(0,) if self._donates() else ())
+                          donate_argnums=(0,) if self._donates(state_bytes) else ())
 
   # -- program ---------------------------------------------------------------------
 
-  def _donates(self) -> bool:
-    if not self._on_cpu:
-      return True
+  def _state_bytes(self) -> int:
+    """Bytes of one replica's state, from its abstract shapes (nothing is allocated)."""
     key = jax.random.PRNGKey(0)
-    shapes = jax.eval_shape(self._init_replica, key, key)
-    return sum(x.size * getattr(x.dtype, "itemsize", 8)
-               for x in jax.tree.leaves(shapes)) >= DONATE_MIN_CPU_BYTES
+    return tree_bytes(jax.eval_shape(self._init_replica, key, key))
+
+  def _check_memory(self, state_bytes: int) -> None:
+    """One replica's state and the trajectory its update holds (twice: the rollout's
+    entries and the trajectory they make) must fit each device; CPU devices share the
+    host's memory, so there the replicas of this process add up."""
+    trajectory = trajectories.trajectory_spec(
+        self.agent, self.spec, self.num_envs_per_device, self.rollout_length)
+    needed = state_bytes + 2 * tree_bytes(trajectory)
+    local = [d for d in self.pmap_devices if d.process_index == jax.process_index()]
+    if self._on_cpu:
+      needed *= len(local)
+    keys = ["runtime.num_envs_per_device", "runtime.rollout_length"]
+    if getattr(self.agent, "replay", None) is not None:
+      keys.append("replay.max_size")
+    check_device_fits(
+        f"Anakin's state and one update's trajectory ({self.num_envs_per_device:,} "
+        f"environments x {self.rollout_length} steps per replica, {len(local)} "
+        "replica(s) here)", needed, keys, local)
+
+  def _donates(self, state_bytes: int) -> bool:
+    return not self._on_cpu or state_bytes >= DONATE_MIN_CPU_BYTES
 
   def init(self) -> AnakinState:
     """Replicated state: equal parameters, different environments on each replica."""
