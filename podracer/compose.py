@@ -185,3 +185,21 @@ def unknown_key_message(config: Any, path: str) -> Optional[str]:
             f"It accepts: {', '.join(accepted) or 'nothing'}. --config.{head}=NAME "
             f"swaps in another {reg.kind} with its own defaults.")
   return f"the config has no key `{'.'.join(parts[:depth + 1])}`."
+
+
+def catalogue() -> str:
+  """Every registered component by kind, each with the keys its section accepts and their
+  defaults, and for agents the sections they take (`python -m podracer.launch --list`)."""
+  lines = []
+  for kind, reg in registry.ALL.items():
+    lines.append(f"{kind}:")
+    for name in reg.names():
+      section = section_defaults(reg, name, kind)
+      keys = ", ".join(f"{k}={v!r}" for k, v in section.items() if k != "name")
+      line = f"  {name}: {keys or '(no keys)'}"
+      if reg is registry.agents:
+        target = component_target(reg, name, kind)
+        sections = agent_sections(inspect.signature(target).parameters)
+        line += f"; sections: {', '.join(sections) or 'none'}"
+      lines.append(line)
+  return "\n".join(lines)

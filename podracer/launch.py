@@ -35,7 +35,7 @@ from ml_collections import config_dict, config_flags
 from podracer import distributed, preemption, validation
 from podracer.errors import ConfigError, NonFiniteError, ThreadFailure
 from podracer.metrics import METRICS_FILE
-from podracer.workdir import CONFIG_FILE, prepare as prepare_workdir
+from podracer.workdir import CONFIG_FILE, held as hold_workdir, prepare as prepare_workdir
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, as path/to/config.py:NAME.", lock_config=True)
@@ -44,6 +44,10 @@ _FRESH = flags.DEFINE_bool(
     "fresh", False, "Start over in a workdir that holds a previous run, moving its files "
     "into WORKDIR/previous/<UTC time>/ (nothing is deleted).")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks for config errors too.")
+_LIST = flags.DEFINE_bool(
+    "list", False, "Print every registered component by kind (environments, networks, "
+    "losses, optimizers, replay, topologies, agents, runtimes) with the keys its config "
+    "section accepts and their defaults, then exit; with --config, the file's own too.")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator", None, "HOST:PORT of process 0, for a run over several processes; "
     "without it JAX's cluster detection (SLURM, Open MPI, TPU pods) is tried.")
@@ -79,6 +83,12 @@ def run(config, workdir=None, stream=sys.stdout, fresh=False):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
   validation.check_config(config)
   main = distributed.is_main()
+  with hold_workdir(workdir if main else None):
+    return _run_in(config, workdir, stream, fresh, main)
+
+
+def _run_in(config, workdir, stream, fresh, main):
+  """`run` once process 0 holds the workdir."""
   found = prepare_workdir(workdir, fresh, config) if main else None
   if found and stream:
     stream.write(found + "\n")
@@ -114,6 +124,11 @@ def run(config, workdir=None, stream=sys.stdout, fresh=False):
 
 def _report(summary, workdir, stream) -> None:
   if stream:
+    if summary.get("learning_started") is False:
+      stream.write(f"the run ended before learning started: its replay held "
+                   f"{summary['replay_size']:,.0f} of the {summary['replay_min_size']:,} items "
+                   "(`replay.min_size`) it needs to sample; raise total_env_steps or lower "
+                   "replay.min_size\n")
     stream.write("result: " + json.dumps(summary) + "\n")
     if workdir:
       plot = ", learning_curve.png" if summary.get("env_steps") else " (empty: no records)"
@@ -233,6 +248,11 @@ def _override_error(overrides, error):
 
 def main(argv):
   logging.set_verbosity(logging.WARNING)  # Keep JAX's backend probing out of the output.
+  if _LIST.value:
+    from podracer import compose  # pylint: disable=import-outside-toplevel
+    register_builtin_components()
+    print(compose.catalogue())
+    return
   if len(argv) > 1:
     _fail(f"unexpected arguments {' '.join(argv[1:])!r}; overrides look like "
           "--config.KEY=VALUE.")

@@ -10,9 +10,12 @@ unless the launcher is given `--fresh`, which moves the previous run's files int
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from typing import Any, Optional
@@ -24,6 +27,7 @@ from podracer.tensorboard import EVENTS_PREFIX
 
 CONFIG_FILE = "config.json"
 PREVIOUS_DIR = "previous"
+LOCK_FILE = ".podracer.lock"
 
 
 def check_writable(workdir: str) -> None:
@@ -37,6 +41,35 @@ def check_writable(workdir: str) -> None:
     raise ConfigError(f"--workdir={workdir} cannot be used: {reason}. Metrics, the "
                       "config and the plot are written there; pass a directory you can "
                       "create and write to.") from e
+
+
+@contextlib.contextmanager
+def held(workdir: Optional[str]):
+  """Holds `workdir` for this run with an OS lock on WORKDIR/.podracer.lock, so a second
+  launch into it is refused (ConfigError naming the holder) instead of mixing two runs'
+  metrics and checkpoints. The OS drops the lock when the process ends, however it ends:
+  a killed run leaves nothing to clean up."""
+  if not workdir:
+    yield
+    return
+  check_writable(workdir)
+  fd = os.open(os.path.join(workdir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+    os.close(fd)
+    raise ConfigError(f"--workdir={workdir} is in use by a run that is still going "
+                      f"({holder}); two runs in one workdir would mix their metrics and "
+                      "checkpoints. Wait for it to end, stop it, or choose another "
+                      "--workdir.") from e
+  try:
+    os.ftruncate(fd, 0)
+    os.write(fd, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
+    yield
+  finally:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def previous_records(workdir: str) -> int:

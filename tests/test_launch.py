@@ -127,3 +127,22 @@ def test_config_file_clashing_with_a_built_in_names_both(tmp_path):
   assert "'cartpole' is already registered" in message
   assert "podracer.components.environments.cartpole" in message and "override=True" in message
   assert "config_config" not in message and "Traceback" not in result.stderr
+
+
+def test_list_prints_every_registered_component_by_kind_with_its_keys():
+  from podracer import launch as launcher, registry
+  result = launch("--list", timeout=120)
+  assert result.returncode == 0, result.stderr
+  launcher.register_builtin_components()
+  for kind, reg in registry.ALL.items():
+    assert f"\n{kind}:\n" in f"\n{result.stdout}"
+    for name in reg.names():
+      assert f"\n  {name}: " in result.stdout, (kind, name)
+  assert "\n  muzero: " in result.stdout and "num_simulations=16" in result.stdout
+  assert "sections: network, loss, optimizer" in result.stdout  # PPO's and IMPALA's
+  assert "\n  anakin: num_envs_per_device=4, rollout_length=128" in result.stdout
+  # With a config file, the components it registers are listed too.
+  result = launch("--list", f"--config={ROOT / 'examples' / 'custom_components.py'}",
+                  timeout=120)
+  assert result.returncode == 0, result.stderr
+  assert "\n  match_sign: " in result.stdout and "\n  a2c: " in result.stdout

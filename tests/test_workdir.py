@@ -1,6 +1,7 @@
 """The workdir: checked before the build, a previous run refused or moved aside, strict JSON."""
 
 import io
+import os
 import json
 import math
 
@@ -91,3 +92,37 @@ def test_a_run_that_fails_before_its_first_record_says_so(tmp_path, monkeypatch,
   assert "recorded no metrics before it failed" in capsys.readouterr().err
   assert (tmp_path / "metrics.jsonl").read_text() == ""
   assert not (tmp_path / "learning_curve.png").exists()  # No blank plot.
+
+
+def test_a_held_workdir_refuses_a_second_holder_and_is_free_again_after(tmp_path):
+  run = str(tmp_path / "run")
+  with workdir.held(run):
+    with pytest.raises(ConfigError, match=f"in use by a run that is still going "
+                                          f"\\(process {os.getpid()} on "):
+      with workdir.held(run):
+        pass
+  with workdir.held(run):  # Released when the first run ended.
+    pass
+
+
+def test_a_second_launch_into_a_running_workdir_exits_2_naming_the_first(tmp_path):
+  """Two launches, one workdir: the second is refused while the first runs, and the
+  first run's metrics stay its own; a SIGKILLed run leaves the workdir free."""
+  from tests.test_preemption import start, wait_for_records
+  run = tmp_path / "run"
+  first = start("agents/ppo/config.py:cartpole_anakin", run)
+  try:
+    wait_for_records(first, run / "metrics.jsonl", 1)
+    second = launch("--config=agents/ppo/config.py:cartpole_anakin", f"--workdir={run}",
+                    "--fresh", timeout=120)
+    assert second.returncode == 2, second.stderr
+    assert "Traceback" not in second.stderr + second.stdout
+    message = second.stderr.replace("\n", " ")
+    assert f"is in use by a run that is still going (process {first.pid} on " in message
+    assert not (run / "previous").exists()  # --fresh moved nothing of the running run.
+    assert first.poll() is None
+  finally:
+    first.kill()
+    first.communicate()
+  with workdir.held(str(run)):  # The OS released the killed run's lock.
+    pass
