@@ -61,8 +61,11 @@ class Replay(Protocol):
 class HostReplay(Replay, Protocol):
   """A replay server the runtime drives from host threads (kind == "host")."""
 
+  min_size: int  # items held before the first sample (the learner's warm-up)
+
   # overlap: Trajectory items of one actor thread repeat the last `overlap` entries of its
   # previous ones (the agent's trajectory_overlap); a replay may store them once.
+
   def start(self, item_spec: PyTree, overlap: int = 0) -> None: ...
   def insert(self, items: PyTree) -> None: ...  # may raise ReplayTimeout: retry
   def sample_batch(self, n: int) -> Tuple[PyTree, Sequence[Any], np.ndarray, int]: ...

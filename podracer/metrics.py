@@ -99,6 +99,9 @@ class MetricsLogger:
                    (" (incl. compile)" if record.get("includes_compilation") else ""))
     if "episode_return" in record:
       parts.append(f"return {record['episode_return']:.3f}")
+    if record.get("learning_started") is False and "replay_size" in record:
+      parts.append(f"warming up replay {record['replay_size']:,.0f}/"
+                   f"{record.get('replay_min_size', 0):,.0f}")
     for key in self.progress_metrics:
       if key in record:
         parts.append(f"{key} {record[key]:.3g}")
@@ -123,6 +126,10 @@ class MetricsLogger:
       out["params_checksum"] = self.records[-1]["params_checksum"]
     if self.target_reached:
       out["stopped_at_return"] = self.stop_at_return
+    if self.records[-1].get("learning_started") is False:  # Ended while the replay filled.
+      last = self.records[-1]
+      out.update(learning_started=False, replay_size=last.get("replay_size"),
+                 replay_min_size=last.get("replay_min_size"))
     return out
 
   def close(self, title: str = "") -> Optional[str]:

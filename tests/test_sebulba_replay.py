@@ -14,6 +14,7 @@ from agents.r2d2 import config as r2d2_config
 from podracer import registry
 from podracer.components.replay import Sample
 from podracer.errors import ReplayTimeout
+from podracer.metrics import MetricsLogger
 from tests.test_sebulba import one_device, run_in_process, sebulba_threads
 
 
@@ -115,3 +116,42 @@ def test_actors_insert_sequences_and_the_learner_writes_priorities_back():
               "sample_to_insert_ratio", "mean_priority", "policy_lag"):
     assert key in records[-1], key
   assert records[-1]["env_steps"] >= 20_000
+
+
+def test_a_host_replay_warming_up_writes_records_and_a_run_that_ends_there_says_so():
+  """Before the learner's first update: a record every log_interval with what the actors
+  did and how full the replay is; a run whose budget ends first keeps them all."""
+  config = one_device(r2d2_config.cartpole_sebulba())
+  config.replay = dict(name="test_memory", batch_size=16, max_size=5000, min_size=4000)
+  config.total_env_steps = 8_000  # about 800 sequences of 10 steps: short of 4000
+  config.runtime.log_interval = 0.1
+  records, _, _ = run_in_process(config)
+  assert sebulba_threads() == []
+  assert len(records) >= 2 and records[-1]["env_steps"] >= 8_000
+  for record in records:
+    assert record["learning_started"] is False and record["updates"] == 0
+    assert record["replay_min_size"] == 4000 and 0 <= record["replay_size"] < 4000
+    assert record["replay_fill"] == record["replay_size"] / 4000
+    assert record["sps"] >= 0 and "loss" not in record
+  sizes = [r["replay_size"] for r in records]
+  assert sizes == sorted(sizes) and sizes[-1] > sizes[0] and records[-1]["sps"] > 0
+  assert any("episode_return" in r for r in records)  # The actors' episodes, seen early.
+  logger = MetricsLogger(stream=None)
+  logger.records = records
+  summary = logger.summary()
+  assert summary["learning_started"] is False and summary["replay_min_size"] == 4000
+  assert "warming up replay" in logger.format(records[-1])
+
+
+def test_a_run_ending_in_warm_up_exits_0_with_one_line_saying_how_far_the_replay_got(tmp_path):
+  from tests.test_launch import launch
+  result = launch("--config=agents/r2d2/config.py:cartpole_sebulba",
+                  "--config.replay.name=host", "--config.replay.min_size=4000",
+                  "--config.total_env_steps=5000", "--config.runtime.log_interval=0.5",
+                  f"--workdir={tmp_path}", timeout=240)
+  assert result.returncode == 0, result.stderr
+  assert "warming up replay" in result.stdout
+  assert "the run ended before learning started: its replay held " in result.stdout
+  assert "of the 4,000 items (`replay.min_size`)" in result.stdout
+  lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+  assert lines and all('"learning_started": false' in line for line in lines)

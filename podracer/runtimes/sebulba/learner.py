@@ -102,8 +102,12 @@ class FromReplay:
     return (nets, opt), sample.priorities, _replica_mean_of_means(metrics)
 
   def next(self, stop: threading.Event) -> Optional[Step]:
-    del stop  # Sampling waits at most the replay's timeout.
     arrived = threads.drain(self.batches)
+    if self.replay.info()["replay_size"] < self.replay.min_size:
+      # Warming up: count the actors' steps as they come (records, the step budget)
+      # rather than wait out the replay's sampling timeout.
+      stop.wait(threads.POLL)
+      return Step(None, arrived + threads.drain(self.batches))
     n = len(self.learners)
     try:
       items, keys, probabilities, size = self.replay.sample_batch(self.replay.batch_size * n)
@@ -118,10 +122,11 @@ class FromReplay:
     self.replay.write_priorities(replay_keys, np.asarray(priorities).reshape(-1))
     return (nets, opt, None), metrics
 
-  def extras(self, state: LearnerState) -> Dict[str, float]:
+  def extras(self, state: Optional[LearnerState]) -> Dict[str, float]:
     del state
     info = self.replay.info()
     extras = dict(replay_size=info["replay_size"],
+                  replay_fill=info["replay_size"] / max(self.replay.min_size, 1),
                   **self.meter.rates(info["replay_inserts"], info["replay_samples"]))
     if "replay_bytes" in info:  # Memory the replay holds (the host replay reports it).
       extras["replay_bytes"] = info["replay_bytes"]
@@ -205,7 +210,10 @@ class Learner:
         window.add_mean("policy_lag", progress.updates - batch.params_version)
         for k, v in batch.actor_times.items():
           window.add_mean(k, v)
-      if step.inputs is None:
+      if step.inputs is None:  # A host replay still filling: say so every log_interval.
+        ended = progress.env_steps >= total
+        if ended or time.perf_counter() - window.start >= self.log_interval:
+          window = self._warming_up(window)
         continue
       if self.fail_after_first_update and progress.updates == started + 1:
         raise threads.injected_failure("learner")
@@ -230,18 +238,29 @@ class Learner:
       stopping = self.stop_vote is not None and self.stop_vote()
       last = stopping or progress.env_steps >= total
       if first or time.perf_counter() - window.start >= self.log_interval or last:
-        record = window.record(progress.env_steps,
-                               progress.updates * self.plan.updates_per_call)
-        record["queue_depth"] = self.source.batches.qsize()
-        record.update(self.source.extras(tuple(state)))
-        if processes > 1 and last:
-          record["params_checksum"] = checksum(first_replica(state[0]))
-        record["first"] = first
-        self.records.put(record)
-        progress.records += 1
-        first, window = False, Window(self.MEANS)
+        checksummed = processes > 1 and last
+        window = self._put_record(window, state, first=first, params_checksum=(
+            checksum(first_replica(state[0])) if checksummed else None))
+        first = False
       if self.checkpoint is not None:
         self.checkpoint()
       if stopping:
         break
     stop.set()
+
+  def _warming_up(self, window: Window) -> Window:
+    """A record before the first update: what the actors did, how full the replay is."""
+    return self._put_record(window, None, learning_started=False,
+                            replay_min_size=self.source.replay.min_size)
+
+  def _put_record(self, window: Window, state: Optional[List[Any]], **fields: Any) -> Window:
+    """Puts the window's record (with the source's extras and `fields` that are not None)
+    for the runtime to log; returns a new window. `state` None: before the first update."""
+    progress = self.progress
+    record = window.record(progress.env_steps, progress.updates * self.plan.updates_per_call)
+    record["queue_depth"] = self.source.batches.qsize()
+    record.update(self.source.extras(None if state is None else tuple(state)))
+    record.update({k: v for k, v in fields.items() if v is not None})
+    self.records.put(record)
+    progress.records += 1
+    return Window(self.MEANS)
