@@ -47,6 +47,10 @@ class Agent(abc.ABC):
   # The network `init_nets` initialises by default (a Haiku transform), if any.
   network: Any = None
 
+  # Rates the metrics derive from env steps/s: {metric: work per env step}, e.g. MuZero's
+  # {"simulations_per_s": num_simulations}; every record with `sps` gets each.
+  rates_per_env_step: Mapping[str, float] = {}
+
   def __init__(self, spec: EnvSpec, network: Any = None,
                objectives: Tuple[Objective, ...] = (), replay: Optional[Replay] = None):
     self.spec = spec

@@ -59,6 +59,7 @@ class Experiment:
                                          total_env_steps=self.plan.total_env_steps,
                                          stop_at_return=self.config.get("stop_at_return"),
                                          resume_records=resumed, context=taking_part,
+                                         rates_per_env_step=getattr(self.agent, "rates_per_env_step", None),
                                          **_log_options(self.config))
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     # What the runtime's `run` takes of checkpoints and evaluation, when asked for.

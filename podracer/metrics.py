@@ -34,7 +34,8 @@ class MetricsLogger:
   are printed at most every `print_interval` seconds (every record is still written).
   With `stop_at_return`, `target_reached` turns true once a record's mean episode return
   reaches it; runtimes check it after each record and stop early. `context` (how many
-  processes and devices took part) is added to every record.
+  processes and devices took part) is added to every record, and so is each of
+  `rates_per_env_step` ({metric: work per env step}) times `sps`.
   """
 
   def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
@@ -42,8 +43,10 @@ class MetricsLogger:
                stop_at_return: Optional[float] = None,
                resume_records: Optional[int] = None,
                progress_metrics: Sequence[str] = PROGRESS_METRICS,
-               context: Optional[Dict[str, Any]] = None):
+               context: Optional[Dict[str, Any]] = None,
+               rates_per_env_step: Optional[Dict[str, float]] = None):
     self.workdir = workdir
+    self.rates_per_env_step = dict(rates_per_env_step or {})
     self.progress_metrics = tuple(progress_metrics)
     self.context = dict(context or {})
     self.stream = stream
@@ -68,6 +71,8 @@ class MetricsLogger:
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
     record = {**self.context, **{k: _plain(v) for k, v in record.items()}}
+    if "sps" in record:  # e.g. MuZero's simulations_per_s (Agent.rates_per_env_step)
+      record.update({k: record["sps"] * n for k, n in self.rates_per_env_step.items()})
     record["wall_time"] = time.perf_counter() - self._start
     if compile_step:
       record["includes_compilation"] = True

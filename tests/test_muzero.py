@@ -375,3 +375,16 @@ def test_muzero_cartpole_sebulba_reaches_400_within_500k_steps():
   records = builder.build(config).run(stream=None)["records"]
   best = _best_by(records, 500_000 + 2 * 16 * 32)
   assert best >= 400, f"best mean episode return {best:.1f} < 400"
+
+
+def test_records_carry_simulations_per_s_and_the_progress_line_search_value(catch_agent):
+  from podracer.metrics import MetricsLogger
+  assert catch_agent.rates_per_env_step == {"simulations_per_s": 8}
+  assert "search_value" in muzero_config.catch_anakin().log.progress_metrics
+  logger = MetricsLogger(stream=None, rates_per_env_step=catch_agent.rates_per_env_step,
+                         progress_metrics=("search_value",))
+  logger.write(dict(env_steps=4096, sps=1500.0, search_value=0.25))
+  logger.write(dict(env_steps=8192))  # No rate, no derived rate.
+  assert logger.records[0]["simulations_per_s"] == 12_000.0
+  assert "simulations_per_s" not in logger.records[1]
+  assert "search_value 0.25" in logger.format(logger.records[0])

@@ -169,6 +169,7 @@ class MuZero(Agent):
         rlax.TxPair(lambda x: rlax.signed_hyperbolic(x, value_rescaling_eps),
                     lambda x: rlax.signed_parabolic(x, value_rescaling_eps)))
     self.trajectory_overlap = num_unroll_steps + td_steps
+    self.rates_per_env_step = {"simulations_per_s": num_simulations}
 
   @classmethod
   def gradient_steps_per_update(cls, sgd_steps: int = 1, **config: Any) -> int:
