@@ -6,10 +6,15 @@ test module imports JAX.
 
 import os
 
-_FLAG = "--xla_force_host_platform_device_count=8"
-if _FLAG.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+# As podracer.testing_fixtures.force_host_devices(8) does; that module is not imported
+# here, so that pytest can load it as a plugin (below) with its assertions rewritten.
+_FLAG = "--xla_force_host_platform_device_count"
+if _FLAG not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}=8".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# The fixtures podracer ships for users' tests (podracer/testing_fixtures.py).
+pytest_plugins = ["podracer.testing_fixtures"]
 
 
 # Long learning tests that touch neither Reverb nor version-specific code run in the default

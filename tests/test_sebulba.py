@@ -20,14 +20,13 @@ import pytest
 
 from agents.impala import config as impala_config
 from agents.ppo import config as ppo_config
-from podracer import builder, registry
-from podracer.components.environments.host import EpisodeTracker, HostEnvironment, host_timestep
+from podracer import builder, registry, testing
 from podracer.errors import ConfigError, ThreadFailure
 from podracer.metrics import MetricsLogger
 from podracer.runtimes.sebulba import ParamsStore
 from podracer.runtimes.sebulba.params import PolicyLagBound
 from podracer.runtimes.sebulba.actor import stack_and_split as _stack_and_split
-from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType, Trajectory
+from podracer.types import StepType, Trajectory
 from tests.test_launch import launch as launch_and_wait
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -337,32 +336,11 @@ def test_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown(agent):
 
 
 @registry.environments.register("test_crashing_simulator")
-class CrashingSimulator(HostEnvironment):
-  """Zeros for observations; its simulator dies at step `crash_at` of actor seed 0."""
-
-  def __init__(self, num_envs: int, seed: int = 0, crash_at: int = 100):
-    super().__init__(num_envs, seed)
-    self.crash_at = crash_at
-    self._steps = 0
-    self._tracker = EpisodeTracker(num_envs)
-
-  def spec(self):
-    return EnvSpec(ArraySpec((4,), np.float32), DiscreteSpec(2))
-
-  def _timestep(self, step_type):
-    return host_timestep(np.full(self.num_envs, step_type), np.zeros(self.num_envs),
-                         np.ones(self.num_envs), np.zeros((self.num_envs, 4), np.float32))
-
-  def reset(self):
-    return self._timestep(0), self._tracker.reset()
-
-  def step(self, action):
-    self._steps += 1
-    if self.seed == 0 and self._steps == self.crash_at:
-      raise RuntimeError("simulator crashed (segment 7 lost)")
-    timestep = self._timestep(1)
-    return timestep, self._tracker.update(timestep.step_type, timestep.reward,
-                                          np.zeros(self.num_envs, bool))
+def crashing_simulator(num_envs: int, seed: int = 0, crash_at: int = 100):
+  """podracer.testing's fake host environment, whose simulator dies at step `crash_at`
+  of actor seed 0."""
+  return testing.FakeHostEnvironment(num_envs=num_envs, seed=seed, episode_length=50,
+                                     fail_at=crash_at if seed == 0 else None)
 
 
 def test_environment_crash_stops_every_thread_with_its_traceback():
@@ -374,7 +352,7 @@ def test_environment_crash_stops_every_thread_with_its_traceback():
   with pytest.raises(ThreadFailure) as failure:
     experiment.runtime.run(MetricsLogger(stream=None))
   assert time.monotonic() - start < 30.0  # compilation included
-  assert "simulator crashed (segment 7 lost)" in str(failure.value)
+  assert "FakeHostEnvironment failed at step 200 (fail_at)" in str(failure.value)
   assert "actor-0-0 failed" in str(failure.value) and "Traceback" in str(failure.value)
   assert sebulba_threads() == []
 
