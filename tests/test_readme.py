@@ -39,3 +39,17 @@ def test_writing_components_excerpts_are_the_tested_file():
   assert len(blocks) == 7  # Six kinds and the config.
   for block in blocks:
     assert block.strip() in example, block[:80]
+
+
+def test_architecture_names_every_module_of_podracer():
+  """ARCHITECTURE.md's layers stay in step with the tree: each module of podracer/ (and
+  each runtime's) is named there."""
+  text = (ROOT / "ARCHITECTURE.md").read_text()
+  missing = [str(p.relative_to(ROOT)) for p in (ROOT / "podracer").glob("*.py")
+             if p.name != "__init__.py" and p.name not in text]
+  listed = text.split("sebulba/ (", 1)[1].split(")", 1)[0]  # the Sebulba modules' list
+  missing += [str(p.relative_to(ROOT)) for p in (ROOT / "podracer/runtimes/sebulba").glob("*.py")
+              if p.name != "__init__.py" and p.stem not in listed]
+  missing += [str(p.relative_to(ROOT)) for p in (ROOT / "podracer/runtimes").glob("*.py")
+              if p.name != "__init__.py" and p.name not in text]
+  assert not missing, f"ARCHITECTURE.md does not name {', '.join(missing)}"
