@@ -104,6 +104,8 @@ class MetricsLogger:
                    (" (incl. compile)" if record.get("includes_compilation") else ""))
     if "episode_return" in record:
       parts.append(f"return {record['episode_return']:.3f}")
+    if record.get("eval_return") is not None:
+      parts.append(f"eval_return {record['eval_return']:.3f}")
     if record.get("learning_started") is False and "replay_size" in record:
       parts.append(f"warming up replay {record['replay_size']:,.0f}/"
                    f"{record.get('replay_min_size', 0):,.0f}")
@@ -246,9 +248,16 @@ def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "
 
   fig, (ax_ret, ax_sps) = plt.subplots(2, 1, figsize=(7, 6), sharex=True,
                                        gridspec_kw=dict(height_ratios=[3, 1]))
-  points = [(r["env_steps"], r["episode_return"]) for r in records if "episode_return" in r]
+  points = [(r["env_steps"], r["episode_return"]) for r in records
+            if r.get("episode_return") is not None]
   if points:
-    ax_ret.plot(*zip(*points), marker=".", lw=1.2)
+    ax_ret.plot(*zip(*points), marker=".", lw=1.2, label="training (acting policy)")
+  evaluated = [(r["env_steps"], r["eval_return"]) for r in records
+               if r.get("eval_return") is not None]
+  if evaluated:
+    ax_ret.plot(*zip(*evaluated), marker="o", lw=1.2, color="tab:orange",
+                label="evaluation (eval_return)")
+    ax_ret.legend(loc="best")
   ax_ret.set_ylabel("mean episode return")
   ax_ret.set_title(title or "learning curve")
   ax_ret.grid(alpha=0.3)

@@ -105,3 +105,26 @@ def test_eval_return_is_logged_beside_the_training_return(runtime):
   assert all(8 <= r["eval_return"] <= 500 for r in evaluated), evaluated
   config.eval_interval = 0  # Off: the runtime is not handed an evaluation.
   assert evaluation.for_run(config, experiment.runtime) is None
+
+
+def test_eval_return_is_on_the_progress_line_and_in_the_learning_curve(tmp_path):
+  import matplotlib.image
+
+  from podracer.metrics import MetricsLogger, plot_learning_curve
+  logger = MetricsLogger(stream=None)
+  records = [dict(env_steps=i * 1000, sps=100.0, episode_return=float(i),
+                  **({"eval_return": 2.0 * i} if i % 2 else {})) for i in range(1, 9)]
+  for record in records:
+    logger.write(record)
+  assert "eval_return 2.000" in logger.format(logger.records[0])
+  assert "eval_return" not in logger.format(logger.records[1])
+
+  def orange_pixels(records):
+    path = plot_learning_curve(records, str(tmp_path / "curve.png"))
+    image = matplotlib.image.imread(path)[..., :3]
+    orange = np.array([1.0, 0.498, 0.055])  # matplotlib's tab:orange
+    return int(np.sum(np.all(np.abs(image - orange) < 0.05, axis=-1)))
+
+  assert orange_pixels(logger.records) > 100  # the evaluation curve is drawn
+  assert orange_pixels([{k: v for k, v in r.items() if k != "eval_return"}
+                        for r in logger.records]) == 0
