@@ -61,6 +61,9 @@ class Experiment:
                                          resume_records=resumed, context=taking_part,
                                          rates_per_env_step=getattr(self.agent, "rates_per_env_step", None),
                                          **_log_options(self.config))
+    rounded = self._rounded_budget()
+    if rounded and stream:
+      stream.write(rounded + "\n")
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     # What the runtime's `run` takes of checkpoints and evaluation, when asked for.
     extras = dict(checkpointer=checkpointer,
@@ -71,7 +74,21 @@ class Experiment:
       logger.close(title=_title(self.config))
       if checkpointer:
         checkpointer.close()
-    return dict(logger.summary(), records=logger.records)
+    summary = logger.summary()
+    if rounded:
+      summary.update(requested_env_steps=self.config.total_env_steps,
+                     planned_env_steps=self.plan.total_env_steps)
+    return dict(summary, records=logger.records)
+
+  def _rounded_budget(self) -> Optional[str]:
+    """What to say when the plan's whole calls round `total_env_steps` up; else None."""
+    requested, planned = self.config.total_env_steps, self.plan.total_env_steps
+    if planned == requested:
+      return None
+    return (f"total_env_steps={requested:,} runs {planned:,} env steps: a run takes whole "
+            f"calls (Anakin) or learner batches (Sebulba) of {self.plan.steps_per_call:,} "
+            f"env steps, {self.plan.num_calls:,} here; fewer environments, a shorter "
+            f"rollout or fewer updates per call make the steps finer.")
 
 
 class EnvironmentFactory:

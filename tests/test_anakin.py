@@ -164,3 +164,23 @@ def test_state_is_donated_only_where_it_pays_and_results_do_not_depend_on_it(mon
   assert not any(x.is_deleted() for x in jax.tree.leaves(kept))
   assert all(x.is_deleted() for x in jax.tree.leaves(donated))
   jax.tree.map(np.testing.assert_array_equal, kept_out, donated_out)
+
+
+def test_a_budget_that_is_not_whole_calls_is_rounded_up_and_said_so():
+  import io
+  config = cartpole_anakin()
+  config.topology.num_devices = 1
+  config.runtime.update(dict(num_envs_per_device=4, rollout_length=16, updates_per_call=4))
+  config.agent.num_minibatches = 2
+  config.total_env_steps = 300  # calls of 4 x 16 x 4 = 256 env steps: 2 calls
+  stream = io.StringIO()
+  summary = builder.build(config).run(stream=stream)
+  first_line = stream.getvalue().splitlines()[0]
+  assert first_line.startswith("total_env_steps=300 runs 512 env steps: a run takes whole "
+                               "calls (Anakin) or learner batches (Sebulba) of 256 env steps")
+  assert summary["env_steps"] == 512
+  assert summary["requested_env_steps"] == 300 and summary["planned_env_steps"] == 512
+  config.total_env_steps = 512
+  stream = io.StringIO()
+  summary = builder.build(config).run(stream=stream)
+  assert "total_env_steps=" not in stream.getvalue() and "requested_env_steps" not in summary
