@@ -67,6 +67,8 @@ EXTRAS_REQUIRE = {
         "orbax-checkpoint<0.12",
     ],
     "test": ["pytest", "gymnasium"],
+    # The `tensorboard` command, to look at the event files runs write (tensorboardX).
+    "tensorboard": ["tensorboard"],
     "gymnasium": ["gymnasium"],
 }
 

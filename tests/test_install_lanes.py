@@ -161,3 +161,11 @@ def test_reverb_server_round_trip():
     assert sample.info.probability == pytest.approx(1.0)
   finally:
     server.stop()
+
+
+def test_the_tensorboard_viewer_is_an_extra_the_readme_names(monkeypatch):
+  extras = _setup_py_kwargs(monkeypatch)["extras_require"]
+  assert extras["tensorboard"] == ["tensorboard"]
+  readme = (REPO_ROOT / "README.md").read_text()
+  assert 'pip install -e ".[tensorboard]"' in readme
+  assert "tensorboard" not in " ".join(extras["test"])  # Neither lane installs it.
