@@ -47,6 +47,11 @@ class Agent(abc.ABC):
   # The network `init_nets` initialises by default (a Haiku transform), if any.
   network: Any = None
 
+  # The actions the agent can take: "discrete" (a DiscreteSpec, `spec.action.num_values`
+  # actions), "continuous" (a bounded ArraySpec) or None (either); the builder refuses an
+  # environment of the other kind before anything is built.
+  action_kind: Optional[str] = "discrete"
+
   # Rates the metrics derive from env steps/s: {metric: work per env step}, e.g. MuZero's
   # {"simulations_per_s": num_simulations}; every record with `sps` gets each.
   rates_per_env_step: Mapping[str, float] = {}

@@ -168,6 +168,7 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
   """The agent from `config.agent`, with the component sections its constructor names."""
   agent_kwargs = dict(config.agent)
   factory = registry.agents.get(agent_kwargs.pop("name", None), key="agent.name")
+  _check_action_kind(config, factory, spec)
   params = inspect.signature(factory).parameters
   injected: Dict[str, Any] = {"spec": spec}
   for name, reg in compose.agent_sections(params).items():
@@ -193,6 +194,23 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
   network = config.get("network")
   contracts.check_network(agent, f"network '{network.name}'" if network else "the network")
   return agent
+
+
+def _check_action_kind(config: Any, factory: Any, spec: Any) -> None:
+  """The environment's actions must be of the kind the agent declares (`action_kind`)."""
+  wanted = getattr(factory, "action_kind", None)
+  if wanted is None:
+    return
+  discrete = hasattr(spec.action, "num_values")
+  if wanted == ("discrete" if discrete else "continuous"):
+    return
+  has = (f"{spec.action.num_values} discrete actions" if discrete else
+         f"continuous actions of shape {list(spec.action.shape)}")
+  raise ConfigError(
+      f"Agent '{config.agent.name}' takes {wanted} actions (its `action_kind`), but "
+      f"environment '{config.env.name}' (`env.name`) has {has}; choose an environment with "
+      f"{wanted} actions, or an agent for {'discrete' if discrete else 'continuous'} ones "
+      f"(registered agents and their kinds: `python -m podracer.launch --list`).")
 
 
 def build(config: Any, agent: Any = None) -> Experiment:

@@ -200,6 +200,7 @@ def catalogue() -> str:
       if reg is registry.agents:
         target = component_target(reg, name, kind)
         sections = agent_sections(inspect.signature(target).parameters)
-        line += f"; sections: {', '.join(sections) or 'none'}"
+        line += (f"; sections: {', '.join(sections) or 'none'}; actions: "
+                 f"{getattr(target, 'action_kind', None) or 'any'}")
       lines.append(line)
   return "\n".join(lines)

@@ -41,6 +41,16 @@ BAD_INPUTS = {
     "Anakin state beyond memory": (["--config=agents/ppo/config.py:cartpole_anakin",
                                     "--config.runtime.num_envs_per_device=1000000000"],
                                    "`runtime.num_envs_per_device`"),
+    "discrete agent, continuous actions": (["--config=agents/ppo/config.py:cartpole_anakin",
+                                            "--config.env=pendulum"],
+                                           "Agent 'ppo' takes discrete actions (its "
+                                           "`action_kind`), but environment 'pendulum' "
+                                           "(`env.name`) has continuous actions of shape [1]"),
+    "continuous agent, discrete actions": (["--config=agents/sac/config.py:pendulum_anakin",
+                                            "--config.env=cartpole"],
+                                           "Agent 'sac' takes continuous actions (its "
+                                           "`action_kind`), but environment 'cartpole' "
+                                           "(`env.name`) has 2 discrete actions"),
     "config file missing": (["--config=agents/ppo/no_such_config.py:cartpole_anakin"],
                             "'agents/ppo/no_such_config.py' does not exist"),
     # PPO Pong's annealed learning rate counts optimizer steps in int32.

@@ -61,6 +61,8 @@ def transitions(trajectory: Trajectory):
 class SAC(Agent):
   """Soft actor-critic with twin Q critics and a learned temperature."""
 
+  action_kind = "continuous"
+
   def __init__(self, spec: EnvSpec, actor_network: GaussianPolicyNetwork,
                critic_network: hk.Transformed,
                actor_optimizer: optax.GradientTransformation,
