@@ -103,7 +103,17 @@ def _compare(component: str, what: str, actual: PyTree, reference: str,
       source = "spec()" if reference != "reset" and path.startswith("observation") else reference
       raise ConfigError(f"{component}: {what} returns `{path}` of shape {list(got_shape)} "
                         f"and dtype {got_dtype.name}, but {source} gives shape "
-                        f"{list(shape)} and dtype {dtype.name}.")
+                        f"{list(shape)} and dtype {dtype.name}.{_x64_hint(got_dtype, dtype)}")
+
+
+def _x64_hint(got: np.dtype, declared: np.dtype) -> str:
+  """Why a 64-bit dtype came back as 32 bits: JAX converts them while x64 is off."""
+  if (declared.itemsize == 8 and got.itemsize == 4 and got.kind == declared.kind
+      and not jax.config.jax_enable_x64):
+    return (f" JAX turned the {declared.name} into {got.name}: its 64-bit mode is off "
+            f"(jax_enable_x64). Declare {got.name} in spec(), or enable 64-bit mode "
+            "(JAX_ENABLE_X64=1 in the environment) if the run needs it.")
+  return ""
 
 
 def _leaves(tree: PyTree) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:

@@ -71,15 +71,20 @@ def _check_seed(seed: Any) -> None:
                       f"[0, 2**63), got {seed!r}; set it with --config.seed=N.")
 
 
+# Layer widths of podracer's networks (a user's network may give other `*_size` keys
+# other meanings, such as 0 for "none"); any `*_sizes` key is a sequence of widths.
+LAYER_WIDTHS = ("hidden_size", "head_hidden_size", "embedding_size", "lstm_size")
+
+
 def _check_layer_sizes(name: str, network: Any) -> None:
-  """A network section's `*_size`, `*_sizes` and `channels` entries: positive integers
-  (None, where a network allows it, leaves a layer out)."""
+  """A network section's layer widths (`LAYER_WIDTHS`, `*_sizes`, `channels`): positive
+  integers (None, where a network allows it, leaves a layer out)."""
   if not hasattr(network, "items"):
     return
   for key, value in network.items():
     if value is None:
       continue
-    if key.endswith("_size"):
+    if key in LAYER_WIDTHS:
       values = (value,)
     elif key.endswith("_sizes") or key == "channels":
       values = tuple(value) if isinstance(value, (tuple, list)) else (value,)

@@ -3,6 +3,7 @@ agent's network outputs, directly and through the launcher (exit 2, one paragrap
 
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -180,3 +181,17 @@ def test_host_environment_contract_fails_at_build_time_with_exit_2(tmp_path):
           "dtype float32, but spec() gives shape [1, 4]") in message, message
   assert "Traceback" not in result.stderr + result.stdout
   assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_float64_spec_with_x64_off_says_jax_converted_it():
+  class Float64Grid(Grid):
+    def spec(self):
+      return EnvSpec(ArraySpec((6, 6), np.float64), DiscreteSpec(2))
+
+  assert not jax.config.jax_enable_x64
+  with pytest.raises(ConfigError) as error:
+    podracer.check_environment(Float64Grid())
+  message = str(error.value)
+  assert "spec() gives shape [6, 6] and dtype float64" in message
+  assert "JAX turned the float64 into float32: its 64-bit mode is off" in message
+  assert "Declare float32 in spec(), or enable 64-bit mode (JAX_ENABLE_X64=1" in message
