@@ -26,7 +26,7 @@ import jax  # noqa: E402
 
 try:  # Newer checkouts register their components in the launcher.
   from podracer import launch
-  launch.register_builtin_components()
+  launch.register_components_and_agents()
 except (ImportError, AttributeError):
   pass
 

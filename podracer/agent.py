@@ -68,7 +68,8 @@ class Agent(abc.ABC):
     """Optimizer steps one `update` makes, so learning-rate schedules can be sized.
 
     An int applies to every optimizer; agents whose optimizers step at different rates
-    return {constructor parameter: steps}, e.g. {"actor_optimizer": 1, ...}.
+    return {constructor parameter: steps}, e.g. {"actor_optimizer": 1, ...}. `config`
+    is the `agent` section with the constructor's defaults for the keys it leaves out.
     """
     del config
     return 1

@@ -152,7 +152,7 @@ def _declares(reg: Any, section: Any, parameter: str) -> bool:
 def _optimizer_steps(factory: Any, agent_kwargs: Dict[str, Any], param: str,
                      total_updates: int) -> int:
   """Optimizer steps of the run for `param`: an int per update, or one per role."""
-  per_update = factory.gradient_steps_per_update(**agent_kwargs)
+  per_update = factory.gradient_steps_per_update(**_with_defaults(factory, agent_kwargs))
   if isinstance(per_update, Mapping):
     per_update = per_update[param]
   steps = total_updates * per_update
@@ -162,6 +162,17 @@ def _optimizer_steps(factory: Any, agent_kwargs: Dict[str, Any], param: str,
                       f"({total_updates:,} updates x {per_update}), more than an int32 "
                       f"schedule can count ({limit:,}); lower total_env_steps.")
   return steps
+
+
+def _with_defaults(factory: Any, agent_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+  """The `agent` section's keys, each key it leaves out at the constructor's default: so
+  `gradient_steps_per_update` needs no defaults of its own."""
+  try:
+    params = inspect.signature(factory).parameters.values()
+  except (TypeError, ValueError):
+    return dict(agent_kwargs)
+  defaults = {p.name: p.default for p in params if p.default is not p.empty}
+  return {**defaults, **agent_kwargs}
 
 
 def build_agent(config: Any, spec: Any, total_updates: int) -> Any:

@@ -67,7 +67,7 @@ def _fail(message: str) -> None:
   sys.exit(EXIT_CONFIG_ERROR)
 
 
-def register_builtin_components() -> None:
+def register_components_and_agents() -> None:
   """Registers podracer's components and runtimes, and the agents that ship with it.
 
   The application, not the library, knows the built-in agents: `podracer/` never
@@ -94,7 +94,7 @@ def _run_in(config, workdir, stream, fresh, main):
     stream.write(found + "\n")
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
-  register_builtin_components()
+  register_components_and_agents()
   experiment = builder.build(config)
   if not main:  # Process 0 writes the run's files; this one only its own log.
     stream, workdir = distributed.open_log(workdir, stream), None
@@ -154,7 +154,7 @@ def _prepare_config_file(path):
   file's folder then goes first on sys.path, as Python does for a script, so the file
   can import modules beside it.
   """
-  register_builtin_components()
+  register_components_and_agents()
   folder = os.path.dirname(os.path.abspath(path))
   if folder not in sys.path:
     sys.path.insert(0, folder)
@@ -250,7 +250,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # Keep JAX's backend probing out of the output.
   if _LIST.value:
     from podracer import compose  # pylint: disable=import-outside-toplevel
-    register_builtin_components()
+    register_components_and_agents()
     print(compose.catalogue())
     return
   if len(argv) > 1:

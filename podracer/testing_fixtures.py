@@ -32,7 +32,7 @@ def force_host_devices(count: int) -> None:
 @pytest.fixture
 def registered():
   from podracer import launch, registry  # pylint: disable=import-outside-toplevel
-  launch.register_builtin_components()
+  launch.register_components_and_agents()
   return registry
 
 

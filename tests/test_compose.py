@@ -8,7 +8,7 @@ import pytest
 from agents.r2d2.config import catch_anakin as r2d2_catch_anakin
 from podracer import compose, configs, registry
 from podracer.errors import ConfigError
-from podracer.launch import register_builtin_components
+from podracer.launch import register_components_and_agents
 from tests.test_launch import launch
 
 
@@ -39,7 +39,7 @@ def test_a_section_the_agent_does_not_take_lists_the_sections_it_uses():
 
 
 def test_an_unused_section_in_a_config_is_refused_at_build_time():
-  register_builtin_components()
+  register_components_and_agents()
   config = r2d2_catch_anakin()
   config.loss = configs.section("ppo")
   with pytest.raises(ConfigError, match="section `loss` is not used: agent 'r2d2' takes no "
@@ -68,7 +68,7 @@ def test_an_unknown_key_in_a_section_lists_what_it_accepts_in_plain_text():
 
 
 def test_builder_set_arguments_are_not_listed_as_accepted_keys():
-  register_builtin_components()
+  register_components_and_agents()
   with pytest.raises(ConfigError) as error:
     registry.build(registry.optimizers, dict(name="adam", widht=3), key="optimizer",
                    total_steps=10)
@@ -78,7 +78,7 @@ def test_builder_set_arguments_are_not_listed_as_accepted_keys():
 
 
 def test_section_defaults_leave_out_builder_arguments_and_type_placeholders():
-  register_builtin_components()
+  register_components_and_agents()
   network = compose.section_defaults(registry.networks, "mlp_actor_critic", "network")
   assert network.to_dict() == dict(name="mlp_actor_critic", hidden_sizes=(64, 64),
                                    activation="tanh")

@@ -133,7 +133,7 @@ def test_list_prints_every_registered_component_by_kind_with_its_keys():
   from podracer import launch as launcher, registry
   result = launch("--list", timeout=120)
   assert result.returncode == 0, result.stderr
-  launcher.register_builtin_components()
+  launcher.register_components_and_agents()
   for kind, reg in registry.ALL.items():
     assert f"\n{kind}:\n" in f"\n{result.stdout}"
     for name in reg.names():

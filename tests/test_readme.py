@@ -4,7 +4,7 @@ import pathlib
 import re
 
 from podracer import registry
-from podracer.launch import register_builtin_components
+from podracer.launch import register_components_and_agents
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -16,7 +16,7 @@ def test_readme_example_is_the_tested_file():
 
 
 def test_readme_lists_every_registered_component():
-  register_builtin_components()
+  register_components_and_agents()
   section = README.split("## Registered components", 1)[1].split("\n## ", 1)[0]
   listed = set(re.findall(r"`([a-z0-9_]+)`", section))
   for kind, reg in registry.ALL.items():

@@ -3,7 +3,7 @@
 import pytest
 
 from podracer import registry
-from podracer.launch import register_builtin_components
+from podracer.launch import register_components_and_agents
 from podracer.errors import ConfigError
 from podracer.registry import DuplicateComponentError, Registry, UnknownComponentError
 
@@ -81,7 +81,7 @@ def test_build_checks_config_keys_against_the_factory():
 
 
 def test_builtin_components_are_registered():
-  register_builtin_components()
+  register_components_and_agents()
   assert {"cartpole", "catch"} <= set(registry.environments.names())
   assert "mlp_actor_critic" in registry.networks
   assert "ppo" in registry.losses and "ppo" in registry.agents
@@ -112,7 +112,7 @@ def test_builder_builds_each_role_from_its_own_section_with_its_own_step_count()
     def gradient_steps_per_update(cls, tau=0.1):
       return {"actor_optimizer": 1, "critic_optimizer": 3}
 
-  register_builtin_components()
+  register_components_and_agents()
   config = config_dict.ConfigDict(dict(
       agent=dict(name="test_two_role_agent", tau=0.5),
       actor_optimizer=dict(name="test_recording_opt", learning_rate=1e-3),
@@ -132,3 +132,33 @@ def test_builder_builds_each_role_from_its_own_section_with_its_own_step_count()
   finally:
     registry.optimizers.unregister("test_recording_opt")
     registry.agents.unregister("test_two_role_agent")
+
+
+def test_schedules_are_sized_with_the_constructors_defaults_for_keys_a_config_leaves_out():
+  """PPO's gradient steps per update come from num_epochs and num_minibatches, whose only
+  defaults are its constructor's: a config without them still sizes the optimizer."""
+  from ml_collections import config_dict
+  from podracer.builder import build_agent
+  from podracer.types import ArraySpec, DiscreteSpec, EnvSpec
+  import numpy as np
+
+  sized = []
+
+  @registry.optimizers.register("test_sized_opt", override=True)
+  def sized_opt(total_steps, learning_rate):
+    sized.append(total_steps)
+    return registry.optimizers.get("adam")(total_steps=total_steps, learning_rate=learning_rate)
+
+  register_components_and_agents()
+  config = config_dict.ConfigDict(dict(
+      agent=dict(name="ppo"), loss=dict(name="ppo"), network=dict(name="mlp_actor_critic"),
+      optimizer=dict(name="test_sized_opt", learning_rate=1e-3)))
+  spec = EnvSpec(ArraySpec((4,), np.float32), DiscreteSpec(2))
+  try:
+    build_agent(config, spec, total_updates=10)
+    assert sized == [10 * 4 * 4]  # PPO's defaults: 4 epochs x 4 minibatches
+    config.agent.num_epochs = 2
+    build_agent(config, spec, total_updates=10)
+    assert sized[-1] == 10 * 2 * 4
+  finally:
+    registry.optimizers.unregister("test_sized_opt")

@@ -172,7 +172,7 @@ class MuZero(Agent):
     self.rates_per_env_step = {"simulations_per_s": num_simulations}
 
   @classmethod
-  def gradient_steps_per_update(cls, sgd_steps: int = 1, **config: Any) -> int:
+  def gradient_steps_per_update(cls, sgd_steps: int, **config: Any) -> int:
     del config
     return sgd_steps
 

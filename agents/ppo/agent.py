@@ -38,7 +38,7 @@ class PPO(Agent):
     self.num_minibatches = num_minibatches
 
   @classmethod
-  def gradient_steps_per_update(cls, num_epochs: int = 4, num_minibatches: int = 4,
+  def gradient_steps_per_update(cls, num_epochs: int, num_minibatches: int,
                                 **unused: Any) -> int:
     return num_epochs * num_minibatches
 
