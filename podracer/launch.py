@@ -112,6 +112,8 @@ def _run_in(config, workdir, stream, fresh, main):
       stream.write(f"saved a checkpoint at env steps {saved:,} in "
                    f"{experiment.checkpointer.directory}; relaunch to resume\n")
     raise
+  except ConfigError:  # Found when first traced (a loss's shape): bad input, exit 2.
+    raise
   except Exception:
     if workdir and not experiment.logger.records:
       sys.stderr.write(f"The run recorded no metrics before it failed: {workdir}/"

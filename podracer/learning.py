@@ -21,12 +21,13 @@ the builder (as optimizers do); `step() / total_steps` is the fraction of traini
 from __future__ import annotations
 
 import threading
-from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from podracer.errors import ConfigError
 from podracer.types import PyTree, replica_mean
 
 Metrics = Dict[str, jax.Array]
@@ -125,7 +126,17 @@ def _apply(objective: Objective, nets: PyTree, opt_state: Dict[str, PyTree], bat
   def loss_of_owned(owned):
     return objective.loss(_with_owned(objective, nets, owned), batch, objective_key)
 
-  (loss, objective_metrics), grads = jax.value_and_grad(loss_of_owned, has_aux=True)(params)
+  try:
+    (loss, objective_metrics), grads = jax.value_and_grad(loss_of_owned, has_aux=True)(params)
+  except TypeError as e:
+    shape = jax.eval_shape(loss_of_owned, params)[0].shape
+    if shape == ():
+      raise
+    raise ConfigError(
+        f"Objective '{objective.name}': its loss ({_describe(objective.loss)}) returns an "
+        f"array of shape {list(shape)}, but gradient_step differentiates a scalar: reduce "
+        "it over the batch (its mean or sum) and return per-example values as metrics."
+        ) from e
   grads = replica_mean(grads)
   updates, opt_state[objective.name] = objective.optimizer.update(
       grads, opt_state[objective.name], params)
@@ -134,6 +145,12 @@ def _apply(objective: Objective, nets: PyTree, opt_state: Dict[str, PyTree], bat
     objective_metrics = {f"{objective.name}_{k}": v for k, v in objective_metrics.items()}
   metrics.update(objective_metrics)
   return _with_owned(objective, nets, optax.apply_updates(params, updates))
+
+
+def _describe(fn: Any) -> str:
+  owner = getattr(fn, "__self__", None)
+  name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+  return f"{type(owner).__qualname__}.{fn.__name__}" if owner is not None else name
 
 
 def periodic_update(online: PyTree, target: PyTree, steps: jax.Array, period: int) -> PyTree:

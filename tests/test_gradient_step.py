@@ -154,3 +154,37 @@ def test_losses_see_the_gradient_steps_taken_so_far():
   assert seen == [0, 1, 2] and int(opt[STEP]) == 3
   with pytest.raises(RuntimeError, match="only defined while gradient_step"):
     learning.step()
+
+
+VECTOR_LOSS_CONFIG = """
+import jax.numpy as jnp
+from agents.ppo import config as ppo_config
+from podracer import registry
+
+@registry.losses.register("vector_ppo")
+class VectorPPO(registry.losses.get("ppo")):
+  '''PPO's loss, returned per example: a mistake a new loss makes.'''
+  def __call__(self, logits, value, batch):
+    loss, metrics = super().__call__(logits, value, batch)
+    return jnp.full(value.shape, loss), metrics
+
+def get_config(name):
+  c = getattr(ppo_config, name)()
+  c.loss.name = "vector_ppo"
+  return c
+"""
+
+
+@pytest.mark.parametrize("runtime", ["anakin", "sebulba"])
+def test_a_loss_that_returns_a_vector_exits_2_naming_the_objective_and_shape(tmp_path, runtime):
+  from tests.test_launch import launch
+  config = tmp_path / "vector_loss.py"
+  config.write_text(VECTOR_LOSS_CONFIG)
+  result = launch(f"--config={config}:cartpole_{runtime}", f"--workdir={tmp_path / 'run'}",
+                  timeout=240)
+  assert result.returncode == 2, result.stderr
+  assert "Traceback" not in result.stderr
+  assert result.stderr.startswith("Config error: ") and result.stderr.count("\n\n") == 0
+  message = " ".join(result.stderr.split())
+  assert "Objective 'ppo': its loss (PPO._loss) returns an array of shape [" in message
+  assert "gradient_step differentiates a scalar" in message

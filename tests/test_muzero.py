@@ -348,6 +348,21 @@ def _last_fifth_mean(records):
 
 
 @learning
+def test_muzero_pixel_catch_anakin_learns_from_frames_with_the_atari_model():
+  """The Atari model (IMPALA ResNet representation, residual dynamics on its map) and
+  optimizer (Adam 5e-4) on [4, 20, 10] uint8 frame stacks: 0.5 within 150K env steps,
+  as PPO's and IMPALA's pixel tests ask (the run ends once it is reached)."""
+  config = muzero_config.pixel_catch_anakin()
+  config.topology.num_devices = 1
+  assert config.seed == 0 and config.total_env_steps == 150_000
+  assert config.network.name == "muzero_resnet" and config.optimizer.learning_rate == 5e-4
+  config.stop_at_return = 0.5
+  records = builder.build(config).run(stream=None)["records"]
+  best = _best_by(records, 150_000)
+  assert best >= 0.5, f"best mean episode return {best:.2f} < 0.5"
+
+
+@learning
 def test_muzero_cartpole_anakin_reaches_450_and_holds_400_over_the_last_fifth():
   config = muzero_config.cartpole_anakin()
   config.topology.num_devices = 1

@@ -158,14 +158,15 @@ def test_runtimes_refuse_replays_they_cannot_drive():
 
 
 @pytest.mark.default_lane_only
-def test_r2d2_catch_anakin_reaches_0_9_within_300k_steps():
+def test_r2d2_catch_anakin_holds_0_9_over_the_last_fifth_of_300k_steps():
+  """Seed 0, the whole budget: reaching is not holding (2026-11-25, jax 0.10.2: best
+  0.995, 0.981 over the last 20%)."""
   config = _catch(1)
   assert config.seed == 0 and config.total_env_steps == 300_000
-  config.stop_at_return = 0.9  # ends the run when reached; the budget bounds it
   summary = builder.build(config).run(stream=None)
-  returns = [r["episode_return"] for r in summary["records"]
-             if "episode_return" in r and r["env_steps"] <= 300_000]
-  assert max(returns) >= 0.9, f"best mean episode return {max(returns):.2f} < 0.9"
+  returns = [r["episode_return"] for r in summary["records"] if "episode_return" in r]
+  tail = returns[int(len(returns) * 0.8):]
+  assert np.mean(tail) >= 0.9, f"mean return over the last 20% {np.mean(tail):.3f} < 0.9"
   assert all(r["replay_size"] <= config.replay.max_size for r in summary["records"])
 
 
