@@ -51,6 +51,24 @@ BAD_INPUTS = {
                                            "Agent 'sac' takes continuous actions (its "
                                            "`action_kind`), but environment 'cartpole' "
                                            "(`env.name`) has 2 discrete actions"),
+    # Out of the range each key declares (podracer/registry/ranges.py).
+    "negative learning rate": (["--config=agents/ppo/config.py:cartpole_anakin",
+                                "--config.optimizer.learning_rate=-0.001"],
+                               "`optimizer.learning_rate` of optimizer 'adam' is a positive "
+                               "number in (0, inf], got -0.001"),
+    "nan learning rate": (["--config=agents/impala/config.py:cartpole_anakin",
+                           "--config.optimizer.learning_rate=nan"],
+                          "`optimizer.learning_rate` of optimizer 'rmsprop' is a positive"),
+    "discount above 1": (["--config=agents/ppo/config.py:cartpole_anakin",
+                          "--config.agent.discount=1.5"],
+                         "`agent.discount` of agent 'ppo' is a probability in [0, 1], got 1.5"),
+    "gae_lambda above 1": (["--config=agents/ppo/config.py:cartpole_anakin",
+                            "--config.agent.gae_lambda=2.0"], "`agent.gae_lambda`"),
+    "negative clip epsilon": (["--config=agents/ppo/config.py:cartpole_anakin",
+                               "--config.loss.clip_epsilon=-0.2"],
+                              "`loss.clip_epsilon` of loss 'ppo' is a positive number"),
+    "SAC tau of 0": (["--config=agents/sac/config.py:pendulum_anakin", "--config.agent.tau=0.0"],
+                     "`agent.tau` of agent 'sac' is a fraction in (0, 1], got 0.0"),
     "config file missing": (["--config=agents/ppo/no_such_config.py:cartpole_anakin"],
                             "'agents/ppo/no_such_config.py' does not exist"),
     # PPO Pong's annealed learning rate counts optimizer steps in int32.
@@ -85,3 +103,15 @@ def test_sizes_must_be_positive_integers_and_unset_placeholders_pass():
   with pytest.raises(ConfigError, match="`agent.num_epochs`"):
     validation.check_config(config)
 
+
+
+def test_ranges_admit_their_interval_and_refuse_the_rest():
+  import math
+  from podracer.registry.ranges import Fraction, NonNegative, Positive, Probability
+  assert Probability.admits(0) and Probability.admits(1.0) and not Probability.admits(1.01)
+  assert not Probability.admits(-0.1) and not Probability.admits(True)
+  assert Positive.admits(1e-9) and not Positive.admits(0.0) and not Positive.admits(math.inf)
+  assert NonNegative.admits(0.0) and not NonNegative.admits(math.nan)
+  assert Fraction.admits(1.0) and not Fraction.admits(0.0)
+  assert Probability.interval() == "[0, 1]" and Fraction.interval() == "(0, 1]"
+  assert not Positive.admits("0.1")

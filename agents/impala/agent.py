@@ -7,7 +7,7 @@ using the behaviour log-probabilities stored at acting time.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Annotated, Any, Tuple
 
 import haiku as hk
 import jax
@@ -19,6 +19,7 @@ from podracer.agent import Agent, greedy
 from podracer.components.losses import categorical_log_prob, vtrace_batch
 from podracer.contracts import actor_critic_outputs
 from podracer.learning import Objective, gradient_step
+from podracer.registry.ranges import Probability
 from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 
 
@@ -27,7 +28,8 @@ class IMPALA(Agent):
   """One gradient step of a V-trace loss on each [T+1, B] trajectory."""
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
-               optimizer: optax.GradientTransformation, discount: float = 0.99):
+               optimizer: optax.GradientTransformation,
+               discount: Annotated[float, Probability] = 0.99):
     super().__init__(spec, network, [Objective("impala", self._loss, optimizer)])
     self.loss = loss
     self.discount = discount

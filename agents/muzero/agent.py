@@ -25,7 +25,7 @@ item's start positions; `replay.priority_exponent=0` samples uniformly.
 from __future__ import annotations
 
 import difflib
-from typing import Any, NamedTuple, Tuple
+from typing import Annotated, Any, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,7 @@ from podracer.agent import Agent
 from podracer.components.networks import MuZeroNetwork
 from podracer.components.replay import importance_weights
 from podracer.learning import STEP, Objective, gradient_step, periodic_update
+from podracer.registry.ranges import NonNegative, Positive, Probability
 from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
 
 SEARCHES = ("gumbel", "muzero")
@@ -141,11 +142,14 @@ class MuZero(Agent):
                optimizer: optax.GradientTransformation, replay: Any,
                search: str = "gumbel", num_simulations: int = 16,
                max_num_considered_actions: int = 16, num_unroll_steps: int = 5,
-               td_steps: int = 5, discount: float = 0.997, value_bootstrap: str = "search",
+               td_steps: int = 5, discount: Annotated[float, Probability] = 0.997,
+               value_bootstrap: str = "search",
                target_update_period: int = 100, support_min: float = -300.0,
-               support_max: float = 300.0, num_bins: int = 601, value_coef: float = 0.25,
-               sgd_steps: int = 1, importance_sampling_exponent: float = 1.0,
-               dirichlet_alpha: float = 0.25, dirichlet_fraction: float = 0.25,
+               support_max: float = 300.0, num_bins: int = 601,
+               value_coef: Annotated[float, NonNegative] = 0.25, sgd_steps: int = 1,
+               importance_sampling_exponent: Annotated[float, Probability] = 1.0,
+               dirichlet_alpha: Annotated[float, Positive] = 0.25,
+               dirichlet_fraction: Annotated[float, Probability] = 0.25,
                value_rescaling_eps: float = 1e-3):
     super().__init__(spec, network, [Objective("muzero", self._loss, optimizer)], replay)
     _check_arguments(search=search, num_simulations=num_simulations,

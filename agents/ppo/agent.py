@@ -7,7 +7,7 @@ this file.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Annotated, Any, Tuple
 
 import haiku as hk
 import jax
@@ -20,6 +20,7 @@ from podracer.components.losses import (PolicyGradientBatch, categorical_log_pro
                                         policy_gradient_batch)
 from podracer.contracts import actor_critic_outputs
 from podracer.learning import Objective, minibatch_epochs
+from podracer.registry.ranges import Probability
 from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 
 
@@ -28,8 +29,10 @@ class PPO(Agent):
   """PPO with GAE, several epochs of minibatch updates per trajectory batch."""
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
-               optimizer: optax.GradientTransformation, discount: float = 0.99,
-               gae_lambda: float = 0.95, num_epochs: int = 4, num_minibatches: int = 4):
+               optimizer: optax.GradientTransformation,
+               discount: Annotated[float, Probability] = 0.99,
+               gae_lambda: Annotated[float, Probability] = 0.95,
+               num_epochs: int = 4, num_minibatches: int = 4):
     super().__init__(spec, network, [Objective("ppo", self._loss, optimizer)])
     self.loss = loss
     self.discount = discount

@@ -14,7 +14,7 @@ targets. Consecutive sequences' learned steps tile the stream exactly.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,7 @@ from podracer.agent import Agent
 from podracer.components.networks import RecurrentQNetwork
 from podracer.components.replay import importance_weights
 from podracer.learning import Objective, gradient_step, periodic_update
+from podracer.registry.ranges import NonNegative, Probability
 from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
 
 
@@ -88,11 +89,14 @@ class R2D2(Agent):
 
   def __init__(self, spec: EnvSpec, network: RecurrentQNetwork,
                optimizer: optax.GradientTransformation, replay: Any,
-               discount: float = 0.997, n_step: int = 5, burn_in: int = 40,
-               target_update_period: int = 2500, importance_sampling_exponent: float = 0.6,
-               priority_eta: float = 0.9, epsilon_base: float = 0.4,
-               epsilon_alpha: float = 7.0, epsilon_anneal_steps: int = 0,
-               value_rescaling_eps: float = 1e-3, eval_epsilon: float = 0.001):
+               discount: Annotated[float, Probability] = 0.997, n_step: int = 5, burn_in: int = 40,
+               target_update_period: int = 2500,
+               importance_sampling_exponent: Annotated[float, Probability] = 0.6,
+               priority_eta: Annotated[float, Probability] = 0.9,
+               epsilon_base: Annotated[float, Probability] = 0.4,
+               epsilon_alpha: Annotated[float, NonNegative] = 7.0, epsilon_anneal_steps: int = 0,
+               value_rescaling_eps: Annotated[float, NonNegative] = 1e-3,
+               eval_epsilon: Annotated[float, Probability] = 0.001):
     super().__init__(spec, network, [Objective("r2d2", self._loss, optimizer)], replay)
     if n_step < 1 or burn_in < 0:
       raise ValueError(f"`agent.n_step` must be >= 1 and `agent.burn_in` >= 0, got "

@@ -15,7 +15,7 @@ priority 0, so they are never sampled.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Annotated, Any, NamedTuple, Optional
 
 import haiku as hk
 import jax
@@ -29,6 +29,7 @@ from podracer.components.losses import (soft_policy_loss, soft_q_target, tempera
                                         twin_q_loss)
 from podracer.components.networks import GaussianPolicyNetwork
 from podracer.learning import Objective, gradient_step
+from podracer.registry.ranges import Fraction, Positive, Probability
 from podracer.types import ActorOutput, EnvSpec, StepType, TimeStep, Trajectory
 
 
@@ -68,7 +69,8 @@ class SAC(Agent):
                actor_optimizer: optax.GradientTransformation,
                critic_optimizer: optax.GradientTransformation,
                alpha_optimizer: optax.GradientTransformation, replay: Any,
-               discount: float = 0.99, tau: float = 0.005, initial_alpha: float = 1.0,
+               discount: Annotated[float, Probability] = 0.99, tau: Annotated[float, Fraction] = 0.005,
+               initial_alpha: Annotated[float, Positive] = 1.0,
                target_entropy: Optional[float] = None):
     objectives = (
         Objective("critic", self._critic_loss, critic_optimizer, owns=("critic",)),

@@ -6,6 +6,7 @@ import inspect
 from typing import Any, Callable, Iterable, Mapping
 
 from podracer.errors import ConfigError
+from podracer.registry.ranges import out_of_range
 
 
 # Arguments the builder or runtime passes a component (the environment's spec, the
@@ -50,6 +51,10 @@ def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, what
   if missing:
     raise ConfigError(
         f"{what} needs {', '.join(f'`{key}.{m}`' for m in missing)} in the config.")
+  bad = out_of_range(factory, kwargs)
+  if bad:
+    raise ConfigError(f"Config key `{key}.{bad[0]}` of {what} {bad[1]}; set it with "
+                      f"--config.{key}.{bad[0]}=VALUE.")
 
 
 def build(registry, section: Any, *, key: str, factory: Any = None,

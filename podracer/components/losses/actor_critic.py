@@ -8,13 +8,14 @@ arrive with entry t+1. The action taken on a LAST step is ignored by the environ
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Tuple
+from typing import Annotated, Dict, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
 import rlax
 
 from podracer import registry
+from podracer.registry.ranges import NonNegative, Positive
 from podracer.types import StepType, TimeStep, Trajectory
 
 
@@ -103,8 +104,9 @@ class PPOLoss:
   with rho = pi(a|s) / mu(a|s). Called as `loss(logits, value, batch)`.
   """
 
-  def __init__(self, clip_epsilon: float = 0.2, value_coef: float = 0.5,
-               entropy_coef: float = 0.01, clip_value: bool = True,
+  def __init__(self, clip_epsilon: Annotated[float, Positive] = 0.2,
+               value_coef: Annotated[float, NonNegative] = 0.5,
+               entropy_coef: Annotated[float, NonNegative] = 0.01, clip_value: bool = True,
                normalize_advantages: bool = True):
     self.clip_epsilon = clip_epsilon
     self.value_coef = value_coef

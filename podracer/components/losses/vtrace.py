@@ -15,7 +15,7 @@ Episode boundaries inside a sequence (rlax's recursion knows nothing of them):
 
 from __future__ import annotations
 
-from typing import NamedTuple, Tuple
+from typing import Annotated, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +25,7 @@ from podracer import registry
 from podracer.components.losses.actor_critic import (Metrics, _masked_mean,
                                                      categorical_entropy,
                                                      categorical_log_prob, transition_mask)
+from podracer.registry.ranges import NonNegative, Positive, Probability
 from podracer.types import TimeStep
 
 
@@ -63,9 +64,11 @@ class VTraceLoss:
 
   REDUCTIONS = ("sum", "mean")
 
-  def __init__(self, baseline_coef: float = 0.5, entropy_coef: float = 0.01,
-               clip_rho_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
-               lambda_: float = 1.0, reduction: str = "sum"):
+  def __init__(self, baseline_coef: Annotated[float, NonNegative] = 0.5,
+               entropy_coef: Annotated[float, NonNegative] = 0.01,
+               clip_rho_threshold: Annotated[float, Positive] = 1.0,
+               clip_pg_rho_threshold: Annotated[float, Positive] = 1.0,
+               lambda_: Annotated[float, Probability] = 1.0, reduction: str = "sum"):
     if reduction not in self.REDUCTIONS:
       raise ValueError(f"Unknown reduction {reduction!r} for loss 'vtrace'; options: "
                        f"{', '.join(self.REDUCTIONS)}.")

@@ -6,11 +6,12 @@ schedule can be written as a fraction of training.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Optional
 
 import optax
 
 from podracer import registry
+from podracer.registry.ranges import NonNegative, Positive, Probability
 
 
 def _learning_rate(learning_rate: float, anneal: bool, total_steps: int):
@@ -20,9 +21,10 @@ def _learning_rate(learning_rate: float, anneal: bool, total_steps: int):
 
 
 @registry.optimizers.register("adam")
-def adam(total_steps: int, learning_rate: float = 3e-4, eps: float = 1e-5,
-         max_grad_norm: Optional[float] = 0.5, anneal: bool = False,
-         b1: float = 0.9, b2: float = 0.999) -> optax.GradientTransformation:
+def adam(total_steps: int, learning_rate: Annotated[float, Positive] = 3e-4,
+         eps: Annotated[float, Positive] = 1e-5,
+         max_grad_norm: Optional[Annotated[float, Positive]] = 0.5, anneal: bool = False,
+         b1: Annotated[float, Probability] = 0.9, b2: Annotated[float, Probability] = 0.999) -> optax.GradientTransformation:
   """Adam with optional global-norm clipping and linear decay to zero."""
   chain = [] if max_grad_norm is None else [optax.clip_by_global_norm(max_grad_norm)]
   chain.append(optax.adam(_learning_rate(learning_rate, anneal, total_steps), b1=b1, b2=b2,
@@ -31,9 +33,10 @@ def adam(total_steps: int, learning_rate: float = 3e-4, eps: float = 1e-5,
 
 
 @registry.optimizers.register("rmsprop")
-def rmsprop(total_steps: int, learning_rate: float = 6e-4, decay: float = 0.99,
-            eps: float = 1e-8, momentum: float = 0.0,
-            max_grad_norm: Optional[float] = 40.0,
+def rmsprop(total_steps: int, learning_rate: Annotated[float, Positive] = 6e-4,
+            decay: Annotated[float, Probability] = 0.99, eps: Annotated[float, Positive] = 1e-8,
+            momentum: Annotated[float, NonNegative] = 0.0,
+            max_grad_norm: Optional[Annotated[float, Positive]] = 40.0,
             anneal: bool = False) -> optax.GradientTransformation:
   """RMSProp as IMPALA used it, with optional clipping and linear decay."""
   chain = [] if max_grad_norm is None else [optax.clip_by_global_norm(max_grad_norm)]
