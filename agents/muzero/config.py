@@ -75,16 +75,19 @@ def _atari_network(c: config_dict.ConfigDict, channels=(16, 32, 32)) -> None:
 
 def pixel_catch_anakin() -> config_dict.ConfigDict:
   """MuZero's Atari model and optimizer (`_atari_network`) on Catch seen as uint8 frame
-  stacks [4, 20, 10]: the CPU's pixel learning test."""
+  stacks [4, 20, 10]: the CPU's pixel learning test.
+
+  8 gradient steps of 64 per 256 env steps (2 samples per env step): seed 0 passes 0.5
+  at about 90K env steps and holds 0.99 over the last 20% of 150K. With 64 environments
+  x 8 steps and 4 gradient steps (0.5 samples per env step) it never passed -0.21."""
   c = _base(total_env_steps=150_000, support=1.0, num_bins=21)
   c.env = configs.pixel_catch()
-  c.agent.update(dict(num_simulations=8, max_num_considered_actions=3, sgd_steps=4))
+  c.agent.update(dict(num_simulations=8, max_num_considered_actions=3, sgd_steps=8))
   _atari_network(c)
   c.replay = configs.replay("device", batch_size=64, max_size=4_000, min_size=256,
                             samples_per_insert=None)
   c.replay.priority_exponent = 1.0
-  # 64 environments: on a CPU the search's small ops cost per call, not per environment.
-  return configs.anakin(c, num_envs_per_device=64, rollout_length=8, updates_per_call=8)
+  return configs.anakin(c, num_envs_per_device=16, rollout_length=16, updates_per_call=8)
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
