@@ -1,4 +1,4 @@
-"""A component tested alone with podracer.testing (README: Testing a component alone)."""
+"""A component tested alone with podracer.testing (docs/components.md: Testing a component alone)."""
 
 import numpy as np
 

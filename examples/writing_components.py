@@ -1,4 +1,4 @@
-"""One minimal component of each kind, as README's "Writing components" shows them, trained
+"""One minimal component of each kind, as docs/components.md's "Writing components" shows them, trained
 together (tests/test_writing_components.py runs this file and checks each contract):
 
   python -m podracer.launch --config=examples/writing_components.py --workdir=runs/coin

@@ -11,7 +11,7 @@ module is the one place that knows about processes:
   ends_process_on_failure()  a failed process exits at once instead of waiting in JAX's
                         shutdown barrier, so the others learn of it (below).
 
-Timeouts (see README, "Several processes and hosts"):
+Timeouts (see docs/runs.md, "Several processes and hosts"):
   INIT_TIMEOUT_S       how long processes wait for each other to connect.
   HEARTBEAT_TIMEOUT_S  after this long without a heartbeat from a process, JAX's
                        coordination service ends every other process, naming the missing

@@ -97,4 +97,4 @@ def test_the_readmes_component_test_passes(registered):
   root = pathlib.Path(__file__).resolve().parents[1]
   example = (root / "examples" / "component_test.py").read_text()
   body = example.split('"""', 2)[2].strip()
-  assert body in (root / "README.md").read_text()
+  assert body in (root / "docs" / "components.md").read_text()

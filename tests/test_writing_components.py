@@ -1,4 +1,4 @@
-"""examples/writing_components.py: one minimal component of each kind (README "Writing
+"""examples/writing_components.py: one minimal component of each kind (docs/components.md "Writing
 components"), each checked against its contract, then all of them trained together."""
 
 import importlib.util
