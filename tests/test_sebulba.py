@@ -395,3 +395,12 @@ def test_ctrl_c_stops_threads_and_environments_and_exits_130(tmp_path):
   assert "Interrupted; all threads and environments were stopped." in stderr
   assert "Traceback" not in stderr
   assert (tmp_path / "learning_curve.png").exists()
+
+
+def test_a_partial_overlap_of_actor_and_learner_devices_is_said(capsys):
+  from podracer.components.topologies import ActorLearner
+  ActorLearner(actor_devices=(0,), learner_devices=(0,))  # one device: said nothing
+  assert capsys.readouterr().err == ""
+  topology = ActorLearner(actor_devices=(0,), learner_devices=(0, 1))
+  assert len(topology.learner_devices) == 2
+  assert "Warning: devices [0] both act and learn" in capsys.readouterr().err

@@ -76,6 +76,7 @@ class VectorEnv:
     return self.env.spec()
 
   def reset(self, key: jax.Array) -> Tuple[VectorEnvState, TimeStep]:
+    """Starts `num_envs` episodes from `key`: the batch's state and FIRST timesteps [B]."""
     keys = jax.random.split(key, self.num_envs + 1)
     env_state, timestep = jax.vmap(self.env.reset)(keys[1:])
     zeros = jnp.zeros((self.num_envs,), jnp.float32)
@@ -85,6 +86,9 @@ class VectorEnv:
 
   def step(self, state: VectorEnvState,
            action: jax.Array) -> Tuple[VectorEnvState, TimeStep, EpisodeStats]:
+    """Steps each environment with its action [B]; one whose last timestep was LAST
+    starts a new episode instead (FIRST, reward 0, discount 1, its action ignored).
+    Returns the new state, timesteps [B] and true episode statistics [B]."""
     return jax.vmap(self._step_one)(state, action)
 
   def _step_one(self, state: VectorEnvState, action):

@@ -101,7 +101,9 @@ class PPOLoss:
   """PPO's clipped surrogate objective with a value loss and an entropy bonus.
 
   L = -E[min(rho A, clip(rho, 1-eps, 1+eps) A)] + c_v E[(V - G)^2] / 2 - c_H E[H(pi)]
-  with rho = pi(a|s) / mu(a|s). Called as `loss(logits, value, batch)`.
+  with rho = pi(a|s) / mu(a|s). With `normalize_advantages` (on by default) A is
+  normalised to zero mean and unit variance over the minibatch first; with `clip_value`
+  the value loss is PPO's clipped one. Called as `loss(logits, value, batch)`.
   """
 
   def __init__(self, clip_epsilon: Annotated[float, Positive] = 0.2,

@@ -102,7 +102,9 @@ class DeviceReplay:
 
   def add(self, state: DeviceReplayState, items: PyTree,
           priorities: Optional[jax.Array] = None) -> DeviceReplayState:
-    """Writes N items (leaves [N, ...]) over the oldest slots; no priorities: the max."""
+    """Writes N items (leaves [N, ...]) over the N oldest slots, N at most `max_size` (a
+    larger N is refused: one scatter cannot write a slot twice); without priorities each
+    gets the largest priority written so far."""
     leaves = jax.tree_util.tree_leaves(items)
     if not leaves:
       raise ValueError("`items` has no arrays to add.")

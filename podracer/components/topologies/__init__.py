@@ -8,6 +8,7 @@ and `replica_mean` spans all hosts.
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional, Sequence
 
 import jax
@@ -28,6 +29,7 @@ class Replicate:
             f"Config key `topology.num_devices` is {num_devices}, but this host has "
             f"{len(devices)} {devices[0].platform} device(s).")
       devices = devices[:num_devices]
+    # The local devices the whole program is replicated over (one replica each).
     self.devices: List[jax.Device] = devices
 
   @property
@@ -78,6 +80,15 @@ class ActorLearner:
       learners = list(devices[num_actors:num_actors + num_learners])
     if not actors or not learners:
       raise ConfigError("Sebulba needs at least one actor and one learner device.")
+    shared = sorted({d.id for d in actors} & {d.id for d in learners})
+    if shared and (len(shared) < len(actors) or len(shared) < len(learners)):
+      # One device that acts and learns is the 1-device setup; a partial overlap is
+      # allowed (a device may do both) but usually a mistake, so it is said.
+      sys.stderr.write(f"Warning: devices {shared} both act and learn "
+                       f"(topology.actor_devices and topology.learner_devices overlap): "
+                       "their inference and updates share the device.\n")
+    # The devices the actor threads run inference on, and those the learner's pmapped
+    # update runs over (its replicas); both lists hold this process's local devices.
     self.actor_devices: List[jax.Device] = actors
     self.learner_devices: List[jax.Device] = learners
 
