@@ -16,7 +16,10 @@ resumed run drops the records written after the checkpoint and appends from ther
 
 Checkpoints live in WORKDIR/checkpoints/<call>/. Orbax writes each one under a temporary
 name and renames it when complete, so a crash while saving never leaves a broken latest
-checkpoint; the last `keep` are kept. Saves copy the state to the host first and are
+checkpoint; the last `keep` are kept. A checkpoint damaged later (a truncated file) is
+skipped with a line saying which and why: the run resumes from the newest one that
+restores, and `metrics.jsonl` is rewound to it; if none restores, a ConfigError names
+the directory and `--fresh`. Saves copy the state to the host first and are
 synchronous: the runtime may donate its state to the next step, so an asynchronous save of
 device buffers could read memory the step is already overwriting.
 """
@@ -24,6 +27,7 @@ device buffers could read memory the step is already overwriting.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import sys
 import time
@@ -33,6 +37,7 @@ import jax
 import numpy as np
 
 from podracer import distributed
+from podracer.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -63,12 +68,50 @@ def has_checkpoint(workdir: str) -> bool:
   return os.path.isdir(path) and any(name.isdigit() for name in os.listdir(path))
 
 
+def _closed_loop_error(exc_type, value) -> bool:
+  return (exc_type is RuntimeError and str(value) == "Event loop is closed")
+
+
+def quiet_closed_event_loops() -> None:
+  """Drops asyncio's 'Event loop is closed' errors that tensorstore's I/O callbacks raise
+  after orbax has closed its event loop (a failed restore, the end of a failed run): they
+  are reported as unraisable from a callback, not raised in the run, and mean nothing
+  to the user. Every other error is reported as before."""
+  if getattr(sys.unraisablehook, "podracer_quiet", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _closed_loop_error(unraisable.exc_type, unraisable.exc_value):
+      previous(unraisable)
+  hook.podracer_quiet = True
+  sys.unraisablehook = hook
+
+
+class _SkippedCheckpointReads(logging.Filter):
+  """Drops asyncio's 'exception was never retrieved' reports of the reads of a checkpoint
+  that was skipped (its other reads' failures, collected when their futures are freed);
+  the skip itself was said in one line."""
+
+  def __init__(self, directory: str):
+    super().__init__()
+    self.directory = directory
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not ("was never retrieved" in record.getMessage()
+                and self.directory in record.getMessage())
+
+
 class Checkpointer:
   """Saves every `interval` seconds (and when asked); restores the latest."""
 
-  def __init__(self, workdir: str, interval: float = 600.0, keep: int = 3):
+  def __init__(self, workdir: str, interval: float = 600.0, keep: int = 3,
+               stream=sys.stderr):
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-    self._ocp = ocp
+    quiet_closed_event_loops()
+    self._ocp, self._stream = ocp, stream
+    self._usable: Optional[Tuple[int, Dict[str, Any], Dict[str, np.ndarray]]] = None
+    self._good: set = set()  # steps this run saved or resumed from
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
     self.interval, self.keep = interval, keep
     self._manager = ocp.CheckpointManager(
@@ -79,15 +122,42 @@ class Checkpointer:
     self.saved_env_steps: Optional[int] = None
 
   def latest(self) -> Optional[int]:
-    return self._manager.latest_step()
+    """The step of the newest checkpoint that restores (see `_newest_usable`), or None."""
+    usable = self._newest_usable()
+    return None if usable is None else usable[0]
 
   def meta(self) -> Optional[Dict[str, Any]]:
-    """The latest checkpoint's JSON side: step, records, the runtime's counters; or None."""
-    step = self.latest()
-    if step is None:
-      return None
-    return dict(self._manager.restore(step, args=self._ocp.args.Composite(
-        meta=self._ocp.args.JsonRestore()))["meta"])
+    """That checkpoint's JSON side: step, records, the runtime's counters; or None."""
+    usable = self._newest_usable()
+    return None if usable is None else dict(usable[1])
+
+  def _newest_usable(self):
+    """(step, meta, state arrays) of the newest checkpoint that restores whole, read once;
+    newer ones that do not are skipped, each with a line saying why."""
+    if self._usable is None:
+      steps = sorted(self._manager.all_steps(), reverse=True)
+      for step in steps:
+        try:
+          restored = self._manager.restore(step, args=self._ocp.args.Composite(
+              state=self._ocp.args.StandardRestore(), meta=self._ocp.args.JsonRestore()))
+          self._usable = (step, dict(restored["meta"]),
+                          {k: np.asarray(v) for k, v in restored["state"].items()})
+          self._good.add(step)
+          break
+        except Exception as e:  # pylint: disable=broad-except -- any damage: try older
+          asyncio_logger = logging.getLogger("asyncio")
+          if not any(isinstance(f, _SkippedCheckpointReads) for f in asyncio_logger.filters):
+            asyncio_logger.addFilter(_SkippedCheckpointReads(self.directory))
+          if self._stream:
+            why = " ".join(str(e).split())[:300]
+            self._stream.write(f"Skipping checkpoint {step} in {self.directory}: it does "
+                               f"not restore ({type(e).__name__}: {why}).\n")
+      if steps and self._usable is None:
+        raise ConfigError(
+            f"No checkpoint in {self.directory} restores (tried {len(steps)}: "
+            f"{', '.join(map(str, steps))}), so the run cannot resume; relaunch with "
+            "--fresh to move it aside and start over.")
+    return self._usable
 
   def num_records(self) -> Optional[int]:
     """How many metrics records the latest checkpoint's run had written, or None."""
@@ -103,8 +173,11 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, num_records: int, **counters: Any) -> None:
     """Saves `state` as checkpoint `step`; `counters` (JSON: env_steps, ...) beside it."""
-    if self._manager.latest_step() != step:  # Else saved already (or resumed from).
+    if step not in self._good:  # Else this state is saved already (or resumed from).
+      if step in self._manager.all_steps():  # A damaged checkpoint the resume skipped.
+        self._manager.delete(step)
       self._save(step, state, num_records, counters)
+      self._good.add(step)
     self.saved_step, self.saved_env_steps = step, counters.get("env_steps")
 
   def _save(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
@@ -115,13 +188,16 @@ class Checkpointer:
     self._last_save = time.monotonic()
 
   def restore(self, like: Any) -> Tuple[Any, int]:
-    """The latest checkpoint's state (host arrays, the pytree of `like`) and its step."""
-    step = self.latest()
-    template = {k: np.zeros(v.shape, v.dtype) for k, v in _host_leaves(like).items()}
-    restored = self._manager.restore(step, args=self._ocp.args.Composite(
-        state=self._ocp.args.StandardRestore(template)))["state"]
-    leaves = [_as_like(np.asarray(restored[k]), x)
+    """The newest usable checkpoint's state (host arrays, the pytree of `like`) and step."""
+    step, _, restored = self._newest_usable()
+    template = _host_leaves(like)
+    if sorted(restored) != sorted(template) or any(
+        restored[k].shape != v.shape for k, v in template.items()):
+      raise ConfigError(f"Checkpoint {step} in {self.directory} holds a state of another "
+                        "shape than this run's; relaunch with --fresh to start over.")
+    leaves = [_as_like(restored[k].astype(template[k].dtype), x)
               for k, x in zip(sorted(template), jax.tree.leaves(like))]
+    self._usable = (step, self._usable[1], {})  # The run holds the state now.
     return jax.tree.unflatten(jax.tree.structure(like), leaves), step
 
   def close(self) -> None:

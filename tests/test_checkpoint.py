@@ -216,3 +216,42 @@ def test_typed_prng_keys_come_back_typed_with_their_impl_and_data(tmp_path):
                                 jax.random.normal(state["key"], (3,)))
   np.testing.assert_array_equal(restored["raw"], state["raw"])
   np.testing.assert_array_equal(restored["params"], state["params"])
+
+
+def _truncate_largest_file(checkpoint_dir: pathlib.Path) -> None:
+  files = [p for p in (checkpoint_dir / "state").rglob("*") if p.is_file()]
+  largest = max(files, key=lambda p: p.stat().st_size)
+  largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
+
+
+def test_a_damaged_latest_checkpoint_is_skipped_and_the_run_resumes_from_an_older_one(tmp_path):
+  pytest.importorskip("orbax.checkpoint")
+  from tests.test_launch import launch
+  run = tmp_path / "run"
+  args = ["--config=agents/ppo/config.py:cartpole_anakin", "--config.topology.num_devices=1",
+          "--config.runtime.num_envs_per_device=4", "--config.runtime.rollout_length=32",
+          "--config.runtime.updates_per_call=4", "--config.checkpoint_interval=0",
+          f"--workdir={run}"]
+  first = launch(*args, "--config.total_env_steps=4096", timeout=240)  # 8 calls of 512
+  assert first.returncode == 0, first.stderr
+  steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+  assert len(steps) == 3, steps  # checkpoints_to_keep
+  before = (run / "metrics.jsonl").read_text().splitlines()
+  _truncate_largest_file(run / "checkpoints" / str(steps[-1]))
+  second = launch(*args, "--config.total_env_steps=6144", timeout=240)
+  assert second.returncode == 0, second.stderr
+  assert "Traceback" not in second.stderr + second.stdout
+  skipped = [l for l in second.stderr.splitlines() if l.startswith("Skipping checkpoint")]
+  assert len(skipped) == 1 and f"Skipping checkpoint {steps[-1]} in " in skipped[0]
+  after = (run / "metrics.jsonl").read_text().splitlines()
+  # Rewound to the older checkpoint's records (one record a call), then on to 12 calls.
+  assert after[:steps[-2]] == before[:steps[-2]] and len(after) == 12
+  assert json.loads(after[-1])["env_steps"] == 6144
+  # Every checkpoint damaged: exit 2, one paragraph naming the directory and --fresh.
+  for step in sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()):
+    _truncate_largest_file(run / "checkpoints" / str(step))
+  third = launch(*args, "--config.total_env_steps=8192", timeout=240)
+  assert third.returncode == 2, third.stderr
+  message = " ".join(third.stderr.split())
+  assert "No checkpoint in " in message and "--fresh" in message
+  assert "Traceback" not in third.stderr
