@@ -57,6 +57,8 @@ class MetricsLogger:
     self.records: List[Dict[str, Any]] = []
     self._start = time.perf_counter()
     self._last_print = -math.inf
+    # Names a config chose that the first learner record lacks are said once.
+    self._progress_checked = tuple(progress_metrics) == PROGRESS_METRICS
     self._file = None
     self._tensorboard = None
     if workdir:
@@ -89,6 +91,13 @@ class MetricsLogger:
     now = time.perf_counter()
     done = (self.target_reached or self.total_env_steps is not None
             and record["env_steps"] >= self.total_env_steps)
+    if not self._progress_checked and "loss" in record:
+      self._progress_checked = True
+      missing = [k for k in self.progress_metrics if k not in record]
+      if missing and self.stream:
+        self.stream.write(
+            f"Warning: log.progress_metrics names {', '.join(map(repr, missing))}, which "
+            f"the records do not have; they have: {', '.join(sorted(record))}.\n")
     if self.stream and (now - self._last_print >= self.print_interval or done):
       self._last_print = now
       self.stream.write(self.format(record) + "\n")

@@ -128,3 +128,20 @@ def test_eval_return_is_on_the_progress_line_and_in_the_learning_curve(tmp_path)
   assert orange_pixels(logger.records) > 100  # the evaluation curve is drawn
   assert orange_pixels([{k: v for k, v in r.items() if k != "eval_return"}
                         for r in logger.records]) == 0
+
+
+def test_a_progress_metric_no_record_has_is_said_once():
+  import io
+
+  from podracer.metrics import MetricsLogger
+  stream = io.StringIO()
+  logger = MetricsLogger(stream=stream, progress_metrics=("loss", "nope"), print_interval=0)
+  logger.write(dict(env_steps=1, sps=1.0))  # No learner metrics yet: nothing to say.
+  logger.write(dict(env_steps=2, sps=1.0, loss=0.5))
+  logger.write(dict(env_steps=3, sps=1.0, loss=0.4))
+  warnings = [l for l in stream.getvalue().splitlines() if l.startswith("Warning")]
+  assert warnings == ["Warning: log.progress_metrics names 'nope', which the records do not "
+                      "have; they have: env_steps, loss, sps, wall_time."]
+  quiet = io.StringIO()
+  MetricsLogger(stream=quiet).write(dict(env_steps=1, loss=0.5))  # The defaults: silent.
+  assert "Warning" not in quiet.getvalue()
