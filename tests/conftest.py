@@ -6,6 +6,8 @@ test module imports JAX.
 
 import os
 
+import pytest
+
 # As podracer.testing_fixtures.force_host_devices(8) does; that module is not imported
 # here, so that pytest can load it as a plugin (below) with its assertions rewritten.
 _FLAG = "--xla_force_host_platform_device_count"
@@ -38,3 +40,17 @@ def pytest_collection_modifyitems(config, items):
   if len(kept) < len(items):
     config.hook.pytest_deselected(items=[i for i in items if i not in kept])
     items[:] = kept
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+  """Frees each module's compiled programs when it ends. XLA:CPU maps every compiled
+  executable's code into memory regions of its own (a MuZero Anakin step: about 2,300),
+  and one pytest process running the whole suite otherwise reaches the kernel's
+  vm.max_map_count (65,530) and aborts in the middle of a compile."""
+  yield
+  import gc  # pylint: disable=import-outside-toplevel
+
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.clear_caches()
+  gc.collect()

@@ -76,9 +76,11 @@ def test_watch_raises_once_after_writing_the_record_and_names_metric_and_updates
   skipping.write(dict(env_steps=100, updates=4, loss=float("nan")))
 
 
-def test_nan_learning_rate_exits_1_naming_the_metric_and_update(tmp_path):
+def test_an_exploding_learning_rate_exits_1_naming_the_metric_and_update(tmp_path):
+  # A NaN learning rate is refused at build now (its declared range); 1e30 is in range
+  # and blows the parameters up in the first update.
   result = launch("--config=agents/ppo/config.py:cartpole_anakin",
-                  "--config.optimizer.learning_rate=nan", "--config.total_env_steps=40000",
+                  "--config.optimizer.learning_rate=1e30", "--config.total_env_steps=40000",
                   f"--workdir={tmp_path}")
   assert result.returncode == 1, result.stderr
   assert "Traceback" not in result.stderr

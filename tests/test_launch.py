@@ -136,8 +136,9 @@ def test_list_prints_every_registered_component_by_kind_with_its_keys():
   launcher.register_components_and_agents()
   for kind, reg in registry.ALL.items():
     assert f"\n{kind}:\n" in f"\n{result.stdout}"
-    for name in reg.names():
-      assert f"\n  {name}: " in result.stdout, (kind, name)
+    for name in reg.names():  # The built-in ones (other tests register their own here).
+      if reg.get(name).__module__.split(".")[0] in ("podracer", "agents"):
+        assert f"\n  {name}: " in result.stdout, (kind, name)
   assert "\n  muzero: " in result.stdout and "num_simulations=16" in result.stdout
   assert "sections: network, loss, optimizer" in result.stdout  # PPO's and IMPALA's
   assert "\n  anakin: num_envs_per_device=4, rollout_length=128" in result.stdout
