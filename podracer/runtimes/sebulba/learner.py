@@ -91,6 +91,9 @@ class FromReplay:
     self.agent, self.replay, self.learners, self.batches = agent, replay, learners, batches
     info = replay.info()
     self.meter = RateMeter(info["replay_inserts"], info["replay_samples"])
+    # Until the replay first holds min_size items (a replay never shrinks below it);
+    # after that `next` asks it nothing more (Reverb's info() is a call to its server).
+    self.warming_up = True
     self._learn = jax.pmap(compile_once(self._learn_replica,
                                         "The Sebulba replay learner step"),
                            axis_name=REPLICA_AXIS, devices=distributed.pmap_devices(learners),
@@ -103,9 +106,11 @@ class FromReplay:
 
   def next(self, stop: threading.Event) -> Optional[Step]:
     arrived = threads.drain(self.batches)
-    if self.replay.info()["replay_size"] < self.replay.min_size:
-      # Warming up: count the actors' steps as they come (records, the step budget)
-      # rather than wait out the replay's sampling timeout.
+    if self.warming_up:
+      self.warming_up = self.replay.info()["replay_size"] < self.replay.min_size
+    if self.warming_up:
+      # Count the actors' steps as they come (records, the step budget) rather than
+      # wait out the replay's sampling timeout.
       stop.wait(threads.POLL)
       return Step(None, arrived + threads.drain(self.batches))
     n = len(self.learners)
