@@ -341,6 +341,17 @@ def _best_by(records, env_steps):
              default=float("-inf"))
 
 
+def _reaches_and_holds(config, *, within, best_at_least, held_at_least):
+  """Runs `config` (Anakin): its best mean return by `within` env steps and its mean over
+  the last 20% of the run's records must reach the two figures."""
+  records = builder.build(config).run(stream=None)["records"]
+  best = _best_by(records, within)
+  assert best >= best_at_least, f"best mean episode return {best:.2f} < {best_at_least}"
+  held = _last_fifth_mean(records)
+  assert held >= held_at_least, (f"mean return over the last 20% of the run {held:.2f} "
+                                 f"< {held_at_least}")
+
+
 def _last_fifth_mean(records):
   returns = [ret for _, ret in _returns(records)]
   tail = returns[int(len(returns) * 0.8):]
@@ -367,22 +378,14 @@ def test_muzero_cartpole_anakin_reaches_450_and_holds_400_over_the_last_fifth():
   config = muzero_config.cartpole_anakin()
   config.topology.num_devices = 1
   assert config.seed == 0 and config.total_env_steps == 500_000
-  records = builder.build(config).run(stream=None)["records"]
-  best = _best_by(records, 500_000)
-  assert best >= 450, f"best mean episode return {best:.1f} < 450"
-  held = _last_fifth_mean(records)
-  assert held >= 400, f"mean return over the last 20% of the run {held:.1f} < 400"
+  _reaches_and_holds(config, within=500_000, best_at_least=450, held_at_least=400)
 
 
 @learning
 def test_muzero_catch_anakin_reaches_0_9_within_200k_steps():
   config = _catch()
   assert config.seed == 0 and config.total_env_steps == 200_000
-  records = builder.build(config).run(stream=None)["records"]
-  best = _best_by(records, 200_704)
-  assert best >= 0.9, f"best mean episode return {best:.2f} < 0.9"
-  held = _last_fifth_mean(records)
-  assert held >= 0.8, f"mean return over the last 20% of the run {held:.2f} < 0.8"
+  _reaches_and_holds(config, within=200_704, best_at_least=0.9, held_at_least=0.8)
 
 
 @learning
