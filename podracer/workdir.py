@@ -85,6 +85,10 @@ def previous_records(workdir: str) -> int:
 RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics")  # Budget; display.
 
 
+# Outputs of some runtimes (SEED's worker logs and server address).
+OTHER_OUTPUTS = ("workers", "seed_address")
+
+
 def prepare(workdir: Optional[str], fresh: bool = False,
             config: Optional[Any] = None) -> Optional[str]:
   """Checks `workdir` for `config`'s run; returns what it found to say, or None.
@@ -96,9 +100,9 @@ def prepare(workdir: Optional[str], fresh: bool = False,
     return None
   check_writable(workdir)
   records = previous_records(workdir)
-  if not records:
+  if not records and not has_checkpoint(workdir):
     return None
-  if fresh:
+  if fresh:  # Also a run checkpointed before its first record (stopped early).
     return f"moved the previous run's files to {move_aside(workdir)}"
   again = (f"pass --fresh to move the previous run's files into "
            f"{os.path.join(workdir, PREVIOUS_DIR)}/ and start over, or choose another "
@@ -151,7 +155,7 @@ def move_aside(workdir: str) -> str:
     suffix += 1
   os.makedirs(target)
   for name in sorted(os.listdir(workdir)):
-    if (name in (METRICS_FILE, CONFIG_FILE, PLOT_FILE, CHECKPOINT_DIR)
+    if (name in (METRICS_FILE, CONFIG_FILE, PLOT_FILE, CHECKPOINT_DIR) + OTHER_OUTPUTS
         or name.startswith(EVENTS_PREFIX)):
       shutil.move(os.path.join(workdir, name), os.path.join(target, name))
   return target
