@@ -48,6 +48,8 @@ INSTALL_REQUIRES = [
     "orbax-checkpoint>=0.11.5",
     # Memory checks before allocation (podracer/memory.py).
     "psutil>=5.9",
+    # SEED's workers on other machines (podracer/transport.py); dm-reverb brings 1.85 too.
+    "grpcio>=1.60",
 ]
 
 EXTRAS_REQUIRE = {

@@ -1,0 +1,197 @@
+"""A SEED environment worker: steps one host environment and asks the server to act.
+
+  python -m podracer.worker --server=HOST:PORT [--num_workers=N] [--connect_timeout=60]
+
+runs N worker processes, each one host environment of the run's `envs_per_worker`
+environments. A worker takes no config: on connecting, the server sends it the `env`
+section, its seed, and the module that registered the environment (imported here; a
+module this machine lacks is a clear error). Workers do no device work (JAX_PLATFORMS=cpu).
+
+Exit status: 0 when the run ends; 1 when no server answers within `--connect_timeout`
+seconds or the server is lost; 2 when the server refuses the worker (another podracer
+version, an environment whose spec differs from the run's, or no free slot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, List, Optional, Sequence
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+
+from podracer import __version__, transport  # noqa: E402
+from podracer.transport import TransportError  # noqa: E402
+
+
+class Refused(Exception):
+  pass
+
+
+def _connect(address: str, kind: str, timeout: float) -> Any:
+  deadline = time.monotonic() + timeout
+  while True:
+    try:
+      return transport.connect(address, kind, timeout=max(1.0, deadline - time.monotonic()))
+    except TransportError:
+      if time.monotonic() >= deadline:
+        raise
+      time.sleep(0.5)
+
+
+def _expect(reply, *kinds: int):
+  kind, payload = reply
+  if kind == transport.REFUSE:
+    raise Refused(transport.decode_json(payload).get("message", "refused"))
+  if kind not in kinds:
+    raise TransportError(f"unexpected {transport.KIND_NAMES.get(kind, kind)} message")
+  return kind, payload
+
+
+def import_env_module(module: Optional[str], path: Optional[str]) -> None:
+  """Imports the module whose import registers the run's environment."""
+  if not module or module.startswith("podracer."):
+    return
+  try:
+    importlib.import_module(module)
+    return
+  except ImportError as e:
+    if not path or not os.path.exists(path):
+      raise Refused(f"the run's environment is registered by module '{module}' "
+                    f"({path}), which this machine cannot import: {e}") from e
+  spec = importlib.util.spec_from_file_location(module.replace(".", "_"), path)
+  loaded = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = loaded
+  spec.loader.exec_module(loaded)
+
+
+def build_env(config: dict) -> Any:
+  from ml_collections import config_dict  # pylint: disable=import-outside-toplevel
+  from podracer import builder, registry  # pylint: disable=import-outside-toplevel
+  builder.register_builtin_components()
+  import_env_module(config.get("env_module"), config.get("env_file"))
+  section = config_dict.ConfigDict(config["env"])
+  return registry.build(registry.environments, section, key="env",
+                        num_envs=config["envs_per_worker"], seed=config["seed"])
+
+
+def observation_leaves(timestep: Any) -> List[np.ndarray]:
+  if isinstance(timestep.observation, np.ndarray):
+    return [timestep.observation]
+  import jax  # pylint: disable=import-outside-toplevel
+  return [np.asarray(x) for x in jax.tree.leaves(timestep.observation)]
+
+
+def step_arrays(timestep: Any, sums: np.ndarray) -> List[np.ndarray]:
+  """What a STEP message carries: step type, reward, discount, observation leaves, then
+  [episodes, return sum, length sum, env seconds, latency seconds] (float64)."""
+  return [np.asarray(timestep.step_type, np.int32), np.asarray(timestep.reward, np.float32),
+          np.asarray(timestep.discount, np.float32), *observation_leaves(timestep),
+          np.asarray(sums, np.float64)]
+
+
+def run_worker(address: str, kind: str, connect_timeout: float) -> int:
+  try:
+    conn = _connect(address, kind, connect_timeout)
+  except TransportError:
+    print(f"no podracer server at {address} after {connect_timeout:.0f} s", file=sys.stderr)
+    return 1
+  env = None
+  try:
+    _, payload = _expect(conn.request(transport.HELLO, transport.encode_json(dict(
+        version=__version__, pid=os.getpid(), host=socket.gethostname()))), transport.CONFIG)
+    config = transport.decode_json(payload)
+    env = build_env(config)
+    timestep, _ = env.reset()
+    layout = transport.Layout([(a.shape, a.dtype.str)
+                               for a in step_arrays(timestep, np.zeros(5))])
+    _expect(conn.request(transport.SPEC, transport.encode_json(dict(
+        step=layout.to_json()))), transport.OK)
+    actions = transport.Layout(config["action"])
+    return _loop(conn, env, timestep, layout, actions)
+  except Refused as e:
+    print(f"podracer worker refused by {address}: {e}", file=sys.stderr)
+    return 2
+  except TransportError as e:
+    print(f"lost the podracer server at {address} ({e})", file=sys.stderr)
+    return 1
+  finally:
+    if env is not None:
+      env.close()
+    conn.close()
+
+
+def _loop(conn: Any, env: Any, timestep: Any, layout: transport.Layout,
+          actions: transport.Layout) -> int:
+  sums = np.zeros(5)
+  check = True  # The first message's arrays are checked against the layout; then trusted.
+  while True:
+    start = time.perf_counter()
+    kind, payload = _expect(conn.request(transport.STEP, layout.pack(
+        step_arrays(timestep, sums), check=check)), transport.ACTION, transport.BYE)
+    check = False
+    if kind == transport.BYE:
+      return 0
+    latency = time.perf_counter() - start
+    action = actions.unpack(payload)[0]
+    start = time.perf_counter()
+    timestep, stats = env.step(action)
+    elapsed = time.perf_counter() - start
+    done = np.asarray(stats.done, bool)
+    if done.any():
+      sums = np.array([done.sum(), np.sum(stats.episode_return * done),
+                       np.sum(stats.episode_length * done), elapsed, latency], np.float64)
+    else:
+      sums = np.array([0.0, 0.0, 0.0, elapsed, latency])
+
+
+def _spawn(argv: Sequence[str], n: int) -> int:
+  """Runs n single workers as child processes; the worst exit status."""
+  base = [sys.executable, "-m", "podracer.worker", *argv, "--num_workers=1"]
+  children = [subprocess.Popen(base) for _ in range(n)]
+
+  def forward(signum, frame):
+    del frame
+    for child in children:
+      if child.poll() is None:
+        child.send_signal(signum)
+  signal.signal(signal.SIGTERM, forward)
+  signal.signal(signal.SIGINT, forward)
+  statuses = [child.wait() for child in children]
+  return max((s if s >= 0 else 128 - s) for s in statuses)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m podracer.worker",
+                                   description=__doc__.split("\n\n")[0])
+  parser.add_argument("--server", required=True, help="the run's HOST:PORT")
+  parser.add_argument("--num_workers", type=int, default=1)
+  parser.add_argument("--connect_timeout", type=float, default=60.0)
+  parser.add_argument("--transport", default="auto", choices=("auto", "grpc", "unix"))
+  args = parser.parse_args(argv)
+  try:
+    transport.split_address(args.server)
+  except ValueError as e:
+    parser.error(str(e))
+  if args.num_workers > 1:
+    return _spawn([f"--server={args.server}", f"--connect_timeout={args.connect_timeout}",
+                   f"--transport={args.transport}"], args.num_workers)
+  # The launcher stops a run's local workers with SIGTERM: exit without a traceback.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+  try:
+    return run_worker(args.server, args.transport, args.connect_timeout)
+  except KeyboardInterrupt:
+    return 130
+
+
+if __name__ == "__main__":
+  sys.exit(main())
