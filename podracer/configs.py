@@ -5,6 +5,7 @@ arguments appear here as typed placeholders (None until set).
 
   experiment(total_env_steps)          seed, total_env_steps, stop_at_return
   anakin(c, ...) / sebulba(c, env, ...) a runtime section and its topology
+  seed(c, ...)                         a Sebulba config's twin under SEED's workers
   envpool(task_id) / envpool_atari(...) EnvPool environment sections
   atari_sebulba(c, task_id, ...)       Sebulba on EnvPool Atari
   pixel_catch() / impala_resnet()      pixel Catch, the IMPALA ResNet actor-critic
@@ -88,6 +89,27 @@ def sebulba(c: config_dict.ConfigDict, env: config_dict.ConfigDict, num_envs_per
   c.runtime = sebulba_runtime(num_envs_per_actor, rollout_length, log_interval,
                               max_policy_lag)
   c.topology = actor_learner_topology()
+  return c
+
+
+def seed(c: config_dict.ConfigDict, num_local_workers: int = 4, envs_per_worker: int = 16,
+         envs_per_batch: Optional[int] = None) -> config_dict.ConfigDict:
+  """`c` (a Sebulba config) run under SEED instead: `num_local_workers` worker processes
+  of `envs_per_worker` environments; a learner batch of `envs_per_batch` environments
+  (default: one worker's); rollout length, updates per batch, queue, policy lag and log
+  interval kept from Sebulba's section. Only `runtime` changes; returns `c`."""
+  was = c.runtime
+  c.runtime = config_dict.ConfigDict(dict(
+      name="seed", num_local_workers=num_local_workers,
+      num_workers=config_dict.placeholder(int), envs_per_worker=envs_per_worker,
+      envs_per_batch=envs_per_batch or envs_per_worker, rollout_length=was.rollout_length,
+      updates_per_batch=was.updates_per_batch, queue_size=was.queue_size,
+      max_policy_lag=config_dict.placeholder(int), log_interval=was.log_interval,
+      address="localhost:0", transport="auto",
+      inference_batch_size=config_dict.placeholder(int),
+      inference_timeout_ms=config_dict.placeholder(float), worker_timeout=30.0,
+      max_worker_restarts=3, inject_failure=""))
+  c.runtime.max_policy_lag = was.max_policy_lag
   return c
 
 

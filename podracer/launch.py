@@ -33,7 +33,7 @@ from absl import app, flags, logging
 from ml_collections import config_dict, config_flags
 
 from podracer import distributed, preemption, validation
-from podracer.errors import ConfigError, NonFiniteError, ThreadFailure
+from podracer.errors import ConfigError, EnvironmentWorkerError, NonFiniteError, ThreadFailure
 from podracer.metrics import METRICS_FILE
 from podracer.workdir import CONFIG_FILE, held as hold_workdir, prepare as prepare_workdir
 
@@ -272,7 +272,7 @@ def main(argv):
     if _DEBUG.value:
       raise
     _fail(str(e))
-  except NonFiniteError as e:
+  except (NonFiniteError, EnvironmentWorkerError) as e:
     sys.stderr.write(f"Run stopped: {e}\n")
     sys.exit(EXIT_THREAD_FAILURE)
   except ThreadFailure as e:

@@ -201,6 +201,7 @@ class Window:
     self.episodes = np.zeros(3)
     self._sums: Dict[str, float] = {k: 0.0 for k in means}
     self._counts: Dict[str, int] = {k: 0 for k in means}
+    self._maxes: Dict[str, float] = {}
     self.metrics: Dict[str, Any] = {}
 
   def add_steps(self, env_steps: int, episodes: Any = None) -> None:
@@ -212,11 +213,15 @@ class Window:
     self._sums[name] = self._sums.get(name, 0.0) + value
     self._counts[name] = self._counts.get(name, 0) + 1
 
+  def add_max(self, name: str, value: float) -> None:
+    self._maxes[name] = max(self._maxes.get(name, value), value)
+
   def record(self, env_steps: int, updates: int) -> Dict[str, Any]:
     elapsed = max(time.perf_counter() - self.start, 1e-9)
     record: Dict[str, Any] = dict(env_steps=env_steps, updates=updates,
                                   sps=self.env_steps / elapsed)
     record.update({k: v / max(self._counts[k], 1) for k, v in self._sums.items()})
+    record.update(self._maxes)
     record.update(episode_record(self.episodes))
     record.update(learner_record(self.metrics))
     return record

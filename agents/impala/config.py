@@ -43,6 +43,14 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
                          rollout_length=16)
 
 
+def cartpole_seed() -> config_dict.ConfigDict:
+  """cartpole_sebulba under SEED: 4 worker processes x 16 environments, one worker's
+  rollout per learner batch; only the runtime section differs."""
+  c = configs.seed(cartpole_sebulba())
+  c.total_env_steps = 2_000_000
+  return c
+
+
 def _atari_agent(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
   """The IMPALA paper's Atari agent (Espeholt et al. 2018): the deep ResNet torso, RMSProp
   (lr 6e-4 annealed to 0, decay 0.99, eps 0.01, momentum 0), global gradient norm 40,
@@ -74,6 +82,12 @@ def pong_sebulba() -> config_dict.ConfigDict:
   return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=20)
 
 
+def pong_seed() -> config_dict.ConfigDict:
+  """pong_sebulba under SEED: 12 local worker processes x 32 environments (a GPU box's
+  16 cores), learner batches of 32 environments."""
+  return configs.seed(pong_sebulba(), num_local_workers=12, envs_per_worker=32)
+
+
 def pixel_catch_anakin() -> config_dict.ConfigDict:
   """IMPALA's Atari agent (`_atari_agent`: ResNet, RMSProp, summed losses) on Catch seen
   as uint8 frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
@@ -84,7 +98,8 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
-           "pong_sebulba": pong_sebulba, "pixel_catch_anakin": pixel_catch_anakin}
+           "pong_sebulba": pong_sebulba, "cartpole_seed": cartpole_seed,
+           "pong_seed": pong_seed, "pixel_catch_anakin": pixel_catch_anakin}
 
 
 get_config = configs.getter("IMPALA", CONFIGS, default="cartpole_anakin")

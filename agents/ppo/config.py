@@ -51,6 +51,15 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
                          rollout_length=64, max_policy_lag=1)
 
 
+def cartpole_seed() -> config_dict.ConfigDict:
+  """cartpole_sebulba under SEED: 4 worker processes x 16 environments, two workers'
+  rollouts per learner batch (with one, a policy lag of 1 would let only two of the four
+  workers act at a time); only the runtime section differs."""
+  c = configs.seed(cartpole_sebulba(), envs_per_batch=32)
+  c.total_env_steps = 2_000_000
+  return c
+
+
 def _atari_agent(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
   """PPO's usual Atari settings (Schulman et al. 2017; CleanRL's ppo_atari): clip 0.1,
   Adam 2.5e-4 (eps 1e-5) annealed to 0, gradient norm 0.5, 4 epochs of 4 minibatches,
@@ -74,6 +83,12 @@ def pong_sebulba() -> config_dict.ConfigDict:
   return c
 
 
+def pong_seed() -> config_dict.ConfigDict:
+  """pong_sebulba under SEED: 12 local worker processes x 32 environments (a GPU box's
+  16 cores), learner batches of 32 environments."""
+  return configs.seed(pong_sebulba(), num_local_workers=12, envs_per_worker=32)
+
+
 def pixel_catch_anakin() -> config_dict.ConfigDict:
   """PPO's Atari agent (`_atari_agent`: ResNet, Adam, clip 0.1) on Catch seen as uint8
   frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
@@ -85,6 +100,7 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "cartpole_sebulba": cartpole_sebulba, "pong_sebulba": pong_sebulba,
+           "cartpole_seed": cartpole_seed, "pong_seed": pong_seed,
            "pixel_catch_anakin": pixel_catch_anakin}
 
 

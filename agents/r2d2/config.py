@@ -77,6 +77,13 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
                          rollout_length=10)
 
 
+def cartpole_seed() -> config_dict.ConfigDict:
+  """cartpole_sebulba under SEED: 4 worker processes x 16 environments, each worker's
+  sequences inserted into the replay as they are cut; only the runtime section differs
+  (`--config.replay.name=host` in the default lane, which has no Reverb)."""
+  return configs.seed(cartpole_sebulba())
+
+
 def atari_sebulba() -> config_dict.ConfigDict:
   """R2D2 on Atari (EnvPool) with the paper's hyperparameters (Kapturowski et al. 2019,
   table 2): sequences of 80 = 40 burn-in + 40 learned (period 40), n = 5, discount 0.997,
@@ -100,7 +107,7 @@ def atari_sebulba() -> config_dict.ConfigDict:
 
 
 CONFIGS = {"catch_anakin": catch_anakin, "cartpole_sebulba": cartpole_sebulba,
-           "atari_sebulba": atari_sebulba}
+           "cartpole_seed": cartpole_seed, "atari_sebulba": atari_sebulba}
 
 
 get_config = configs.getter("R2D2", CONFIGS, default="catch_anakin")

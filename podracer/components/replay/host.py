@@ -255,8 +255,12 @@ class HostReplay(SampledBatch):
 
   # -- insert ---------------------------------------------------------------------------
 
-  def insert(self, items: PyTree, priorities: Optional[np.ndarray] = None) -> None:
-    """Inserts N sequences (leaves [N, ...]); row b continues this thread's stream b."""
+  def insert(self, items: PyTree, priorities: Optional[np.ndarray] = None,
+             stream: Any = None) -> None:
+    """Inserts N sequences (leaves [N, ...]); row b continues stream b of `stream` (a
+    hashable name; None: the calling thread's, as each Sebulba actor thread's rows are its
+    environments; SEED names each worker connection's)."""
+    stream_key = threading.get_ident() if stream is None else ("named", stream)
     if not self._started:
       raise RuntimeError("HostReplay.insert() before start(item_spec).")
     leaves, treedef = jax.tree_util.tree_flatten(items)
@@ -278,12 +282,12 @@ class HostReplay(SampledBatch):
             np.maximum(np.asarray(priorities, np.float64).reshape(rows), 0.0))
     with self._cond:
       self._wait(self._insert_allowed, "insert")
-      stream = self._streams.get(threading.get_ident())
+      stream = self._streams.get(stream_key)
       if stream is not None and stream.chain.shape[0] != rows:
-        raise ValueError(f"This thread inserted {stream.chain.shape[0]} sequences at a "
+        raise ValueError(f"This stream inserted {stream.chain.shape[0]} sequences at a "
                          f"time before, and {rows} now: its rows are its streams.")
       if stream is None:
-        stream = self._streams[threading.get_ident()] = _Stream(rows, self.depth)
+        stream = self._streams[stream_key] = _Stream(rows, self.depth)
         # A new stream: its K earlier steps first, right-aligned in non-item chunks; its
         # first step is a key (no stack before it).
         lead = math.ceil(self.overlap / self.new_steps)

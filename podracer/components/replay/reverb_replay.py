@@ -200,13 +200,16 @@ class ReverbReplay(SampledBatch):
             f"key `replay.table`); its tables: {', '.join(sorted(tables)) or 'none'}.")
       self._treedef, self._specs = treedef, specs
 
-  def insert(self, items: PyTree, priorities: Optional[np.ndarray] = None) -> None:
-    """Inserts the N items of `items` (leaves [N, ...]) with `priorities` [N].
+  def insert(self, items: PyTree, priorities: Optional[np.ndarray] = None,
+             stream: Any = None) -> None:
+    """Inserts the N items of `items` (leaves [N, ...]) with `priorities` [N]. Reverb
+    keeps every item whole, so the `stream` rows continue is not needed.
 
     Returns once the server has them; raises ReplayTimeout when the rate limiter held
     them back for `timeout` (they stay queued: call again with the same `items` object
     to keep waiting for them without inserting them twice).
     """
+    del stream
     self._check_usable("insert")
     local = self._local
     if getattr(local, "pending_items", None) is not items:

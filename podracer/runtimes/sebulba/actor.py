@@ -35,6 +35,7 @@ class Batch(NamedTuple):
   env_steps: int
   episodes: np.ndarray    # metrics.episode_sums over the episodes that ended
   actor_times: Dict[str, float]
+  oldest_version: Optional[int] = None  # SEED: entries' versions differ within a batch
 
 
 def act_and_advance_key(act, params, actor_state, timestep, key):
@@ -106,6 +107,8 @@ class ToLearners:
                overlap: int):
     self.learners, self.batches = learner_devices, batches
     self.finish = functools.partial(_assemble_split, len(learner_devices), overlap)
+    # A whole [T+K, B] trajectory (SEED's server assembles them) -> what `deliver` takes.
+    self.prepare = jax.jit(functools.partial(split_for_learners, len(learner_devices)))
 
   def deliver(self, split: PyTree, batch: Batch, stop: threading.Event) -> Optional[float]:
     """Queues the batch; the seconds it waited for room, or None if the run stopped."""
@@ -120,15 +123,20 @@ class ToReplay:
   def __init__(self, agent: Agent, replay: HostReplay, batches: "queue.Queue"):
     self.replay, self.batches = replay, batches
     self.finish = functools.partial(_assemble_items, agent)
+    self.prepare = jax.jit(agent.replay_items)
+    self.streams = True  # `deliver` takes each stream's rows on their own (SEED).
 
-  def deliver(self, items: PyTree, batch: Batch, stop: threading.Event) -> Optional[float]:
-    """Inserts the items, then queues the statistics; None if the run stopped."""
+  def deliver(self, items: PyTree, batch: Batch, stop: threading.Event,
+              stream: Any = None) -> Optional[float]:
+    """Inserts the items (their rows continue `stream`'s, by default the calling
+    thread's), then queues the statistics; None if the run stopped."""
     start = time.perf_counter()
     items = jax.device_get(items)
+    named = {} if stream is None else dict(stream=stream)
     # The rate limiter may hold inserts back for long: retry while the run goes on.
     while not stop.is_set():
       try:
-        self.replay.insert(items)
+        self.replay.insert(items, **named)
         break
       except ReplayTimeout:
         continue

@@ -22,6 +22,7 @@ import numpy as np
 from podracer import evaluation as evaluation_lib
 from podracer import distributed
 from podracer.agent import Agent
+from podracer.errors import ConfigError
 from podracer.runtime import Runtime
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import act_and_advance_key
@@ -37,6 +38,16 @@ class HostRuntime(Runtime):
   and call `_use_path(path)` in their constructor."""
 
   environment_kind = "host"
+
+  def _keep(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
+            options: Any, plan: Any, seed: int) -> None:
+    """Keeps the constructor's arguments; a topology without actor devices is refused."""
+    if not hasattr(topology, "actor_devices"):
+      raise ConfigError(f"{type(self).__name__} needs a topology that splits actor and "
+                        f"learner devices (`topology.name=actor_learner`).")
+    self.agent, self.spec = agent, agent.spec
+    self.env_factory, self.topology, self.options, self.plan, self.seed = (
+        env_factory, topology, options, plan, seed)
 
   @classmethod
   def environment_args(cls, seed: int):
@@ -145,8 +156,10 @@ class HostRuntime(Runtime):
       raise
     finally:
       try:
-        group.shutdown()
-        self._stop_producers()
+        try:
+          group.shutdown()
+        finally:
+          self._stop_producers()
         # Every thread has stopped, so the learner's state is whole (also after SIGTERM).
         if save_at_end:
           self._save(checkpointer, state, learner)

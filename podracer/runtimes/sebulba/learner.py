@@ -213,6 +213,8 @@ class Learner:
         progress.episodes += int(batch.episodes[0])
         window.add_steps(batch.env_steps * processes, batch.episodes)
         window.add_mean("policy_lag", progress.updates - batch.params_version)
+        oldest = batch.params_version if batch.oldest_version is None else batch.oldest_version
+        window.add_max("policy_lag_max", progress.updates - oldest)
         for k, v in batch.actor_times.items():
           window.add_mean(k, v)
       if step.inputs is None:  # A host replay still filling: say so every log_interval.

@@ -80,12 +80,7 @@ class Sebulba(HostRuntime):
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: SebulbaOptions, plan: Plan, seed: int):
-    if not hasattr(topology, "actor_devices"):
-      raise ConfigError("Sebulba needs a topology that splits actor and learner devices "
-                        "(`topology.name=actor_learner`).")
-    self.agent, self.spec = agent, agent.spec
-    self.env_factory, self.topology, self.options, self.plan, self.seed = (
-        env_factory, topology, options, plan, seed)
+    self._keep(agent, env_factory, topology, options, plan, seed)
     self.num_actor_threads = len(topology.actor_devices) * options.actor_threads_per_device
     if options.env_mode == "async" and not getattr(env_factory, "supports_async", False):
       name = getattr(getattr(env_factory, "section", None), "name", None) or "this one"
