@@ -99,6 +99,9 @@ def test_architecture_names_every_module_of_podracer():
   listed = text.split("sebulba/ (", 1)[1].split(")", 1)[0]  # the Sebulba modules' list
   missing += [str(p.relative_to(ROOT)) for p in (ROOT / "podracer/runtimes/sebulba").glob("*.py")
               if p.name != "__init__.py" and p.stem not in listed]
+  listed = text.split("seed/ (", 1)[1].split(")", 1)[0]
+  missing += [str(p.relative_to(ROOT)) for p in (ROOT / "podracer/runtimes/seed").glob("*.py")
+              if p.name != "__init__.py" and p.stem not in listed]
   missing += [str(p.relative_to(ROOT)) for p in (ROOT / "podracer/runtimes").glob("*.py")
               if p.name != "__init__.py" and p.name not in text]
   assert not missing, f"ARCHITECTURE.md does not name {', '.join(missing)}"

@@ -1,0 +1,554 @@
+"""The SEED runtime: transport, inference server, workers, faults and learning."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from agents.impala import config as impala_config
+from agents.ppo import config as ppo_config
+from agents.r2d2 import config as r2d2_config
+from podracer import __version__, builder, testing, trajectories, transport, worker
+from podracer.errors import ConfigError
+from podracer.metrics import MetricsLogger
+from podracer.runtimes.sebulba.params import ParamsStore, first_replica
+from podracer.runtimes.seed.server import InferenceServer, Seats
+from podracer.types import StepType, Trajectory
+from tests.test_launch import launch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def one_device(config):
+  config.topology.actor_devices = (0,)
+  config.topology.learner_devices = (0,)
+  return config
+
+
+# -- transport -----------------------------------------------------------------------
+
+
+def test_layouts_round_trip_every_dtype_and_shape_as_raw_bytes():
+  rng = np.random.default_rng(0)
+  arrays = [rng.integers(0, 255, (16, 4, 84, 84)).astype(np.uint8),
+            rng.standard_normal((16, 4)).astype(np.float32),
+            rng.standard_normal((3,)).astype(np.float64),
+            rng.integers(-5, 5, (16,)).astype(np.int32), np.array([True, False]),
+            rng.integers(0, 9, (2, 3)).astype(np.int64)]
+  layout = transport.Layout([(a.shape, a.dtype.str) for a in arrays])
+  again = transport.Layout(json.loads(json.dumps(layout.to_json())))
+  payload = layout.pack(arrays)
+  assert len(payload) == layout.nbytes == sum(a.nbytes for a in arrays)
+  for a, b in zip(arrays, again.unpack(payload)):
+    assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+  with pytest.raises(transport.TransportError, match="bytes where its layout has"):
+    layout.unpack(payload[:-1])
+  with pytest.raises(transport.TransportError, match="where the layout has"):
+    layout.pack([a.astype(np.float32) for a in arrays])
+
+
+def test_nothing_received_is_unpickled():
+  for module in ("podracer/transport.py", "podracer/worker.py",
+                 "podracer/runtimes/seed/server.py"):
+    code = (ROOT / module).read_text()
+    assert not re.search(r"import pickle|pickle\.|cloudpickle|np\.load|allow_pickle", code)
+
+
+class Echo(transport.Session):
+  closed_with = []
+
+  def handle(self, kind, payload):
+    if kind != transport.STEP:
+      raise transport.TransportError("only STEP")
+    return transport.ACTION, payload[::-1]
+
+  def closed(self, error):
+    Echo.closed_with.append(error)
+
+
+@pytest.mark.parametrize("kind", ["unix", "grpc"])
+def test_a_malformed_message_closes_that_stream_only(kind):
+  Echo.closed_with = []
+  listener = transport.Listener("localhost", 0, lambda peer: Echo(), unix=kind == "unix",
+                                max_sessions=4)
+  try:
+    good = transport.connect(listener.address, kind, timeout=10)
+    assert good.request(transport.STEP, b"abc") == (transport.ACTION, b"cba")
+    bad = transport.connect(listener.address, kind, timeout=10)
+    if kind == "unix":  # A frame of an unknown kind.
+      bad.sock.sendall(b"\x63\x03\x00\x00\x00abc")
+      with pytest.raises(transport.TransportError):
+        bad.recv()
+    else:
+      with pytest.raises(transport.TransportError):
+        bad.request(transport.HELLO, b"{}")
+    assert good.request(transport.STEP, b"xyz") == (transport.ACTION, b"zyx")
+    deadline = time.monotonic() + 5
+    while not Echo.closed_with and time.monotonic() < deadline:
+      time.sleep(0.05)
+    assert Echo.closed_with and Echo.closed_with[0], Echo.closed_with
+    good.close()
+    bad.close()
+  finally:
+    listener.close()
+
+
+def test_a_worker_with_no_server_gives_up_after_its_connect_timeout():
+  port = _free_port()
+  start = time.monotonic()
+  result = subprocess.run([sys.executable, "-m", "podracer.worker",
+                           f"--server=localhost:{port}", "--connect_timeout=2"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+  assert result.returncode == 1
+  assert f"no podracer server at localhost:{port} after 2 s" in result.stderr
+  assert "Traceback" not in result.stderr
+  assert time.monotonic() - start < 60
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+# -- the inference server, with in-process workers ---------------------------------
+
+
+class FakeOutput:
+  """Keeps what the server hands the data path."""
+
+  def __init__(self):
+    self.batches = []
+    self.prepare = lambda trajectory: trajectory
+
+  def deliver(self, trajectory, batch, stop):
+    self.batches.append((trajectory, batch))
+    return 0.0
+
+
+class DirectConnection:
+  """A worker's connection that calls the session itself; BYE after `steps` steps."""
+
+  def __init__(self, session, steps):
+    self.session, self.steps = session, steps
+    self.sent, self.actions = [], []
+
+  def request(self, kind, payload=b""):
+    if kind == transport.STEP:
+      if len(self.sent) == self.steps:
+        return transport.BYE, b""
+      self.sent.append(payload)
+    reply = self.session.handle(kind, payload)
+    if reply[0] == transport.ACTION:
+      self.actions.append(reply[1])
+    return reply
+
+
+def make_server(config, num_workers, envs_per_worker=4, workers_per_batch=1,
+                batch_workers=1, max_policy_lag=None):
+  config.runtime.update(dict(num_local_workers=0, num_workers=num_workers,
+                             envs_per_worker=envs_per_worker,
+                             envs_per_batch=envs_per_worker * workers_per_batch))
+  runtime = builder.build(one_device(config)).runtime
+  store = ParamsStore(runtime.topology.actor_devices)
+  store.push(first_replica(runtime._start_learner()[0]), 0)
+  welcome = runtime._welcome()
+  output = FakeOutput()
+  server = InferenceServer(
+      runtime.agent, runtime.topology.actor_devices, store, output,
+      Seats(workers_per_batch, 0), num_workers=num_workers,
+      envs_per_worker=envs_per_worker, rollout_length=config.runtime.rollout_length,
+      batch_size=batch_workers * envs_per_worker, timeout_ms=None,
+      max_policy_lag=max_policy_lag, welcome=welcome, step_layout=runtime.step_layout(),
+      action_layout=transport.Layout(welcome["action"]), seed=0, worker_timeout=30.0)
+  return server, output, runtime
+
+
+def run_worker(server, steps, seed=0, episode_length=7):
+  """A worker on a fake environment for `steps` steps; (connection, layout)."""
+  session = server.new_session("test")
+  conn = DirectConnection(session, steps)
+  kind, _ = conn.request(transport.HELLO, transport.encode_json(dict(
+      version=__version__)))
+  assert kind == transport.CONFIG
+  env = testing.FakeHostEnvironment(testing.fake_spec((4,), 2), num_envs=server.envs_per_worker,
+                                    seed=seed, episode_length=episode_length)
+  timestep, _ = env.reset()
+  layout = transport.Layout([(a.shape, a.dtype.str)
+                             for a in worker.step_arrays(timestep, np.zeros(5))])
+  assert conn.request(transport.SPEC, transport.encode_json(dict(
+      step=layout.to_json())))[0] == transport.OK
+  worker._loop(conn, env, timestep, layout, server.action_layout)
+  session.closed(None)  # As the transport does when the connection ends.
+  return conn, layout, session
+
+
+def run_workers(server, steps, seeds):
+  """Workers in threads of their own, one per seed; their run_worker results."""
+  results = [None] * len(seeds)
+
+  def one(i):
+    results[i] = run_worker(server, steps, seed=seeds[i])
+  threads_ = [threading.Thread(target=one, args=(i,)) for i in range(len(seeds))]
+  for t in threads_:
+    t.start()
+  for t in threads_:
+    t.join(60)
+  return results
+
+
+def expected_trajectories(server, conn, layout, overlap):
+  """What trajectories.first_entries / extend give for the worker's timesteps/actions."""
+  entries = []
+  for payload, action in zip(conn.sent, conn.actions):
+    arrays = layout.unpack(payload)
+    entries.append(Trajectory(server._timestep(arrays), (),
+                              server.action_layout.unpack(action)[0], ()))
+  out, t = [], server.rollout_length
+  start = trajectories.first_entries(entries[0], overlap)
+  rest = entries[1:]
+  while len(rest) >= t:
+    new = trajectories.stack(rest[:t])
+    trajectory = trajectories.extend(start, new)
+    out.append(jax.tree.map(np.asarray, trajectory))
+    start = trajectories.last_entries(trajectory, overlap)
+    rest = rest[t:]
+  return out
+
+
+def _serve(server):
+  stop = threading.Event()
+  thread = threading.Thread(target=server.run, args=(0, stop), daemon=True)
+  thread.start()
+  return stop, thread
+
+
+@pytest.mark.parametrize("name", ["ppo", "r2d2"])
+def test_each_slots_trajectories_are_what_first_entries_and_extend_give(name):
+  config = (ppo_config.cartpole_seed() if name == "ppo" else r2d2_config.cartpole_seed())
+  config.runtime.rollout_length = 5
+  if name == "r2d2":
+    config.replay.name = "host"
+  server, output, runtime = make_server(config, num_workers=2, batch_workers=2)
+  overlap = runtime.agent.trajectory_overlap
+  assert overlap == (1 if name == "ppo" else config.agent.burn_in + config.agent.n_step)
+  stop, thread = _serve(server)
+  try:
+    workers = run_workers(server, 23, seeds=(0, 1))
+    # A reconnect: a new worker on a freed seat starts with padding and fresh state.
+    again = run_worker(server, 12, seed=5)
+  finally:
+    stop.set()
+    thread.join(10)
+  got = [jax.tree.map(np.asarray, b[0]) for b in output.batches]
+  assert all(b[1].env_steps == 5 * 4 for b in output.batches)
+  wanted = [(conn, layout) for conn, layout, _ in workers] + [again[:2]]
+  expected = [e for conn, layout in wanted
+              for e in expected_trajectories(server, conn, layout, overlap)]
+  assert len(got) == len(expected) == 4 + 4 + 2  # partial rollouts never delivered
+  for e in expected:
+    same = [g for g in got if all(np.array_equal(a, b) for a, b in zip(
+        jax.tree.leaves((g.timestep, g.action)), jax.tree.leaves((e.timestep, e.action))))]
+    assert same, "a worker's trajectory was not delivered as assembled"
+  # The reconnected worker's first trajectory: K-1 padding entries (LAST, no reward).
+  first = expected[-2]
+  if overlap > 1:
+    assert np.all(first.timestep.step_type[:overlap - 1] == StepType.LAST)
+    assert np.all(first.timestep.reward[:overlap - 1] == 0)
+  # Padded rows never reach a trajectory: every delivered one is a worker's own (above),
+  # though calls were padded whenever one worker was alone.
+  assert server.stats.capacity >= 0
+
+
+def test_r2d2_states_follow_the_environment_whatever_batch_its_steps_arrive_in():
+  """The LSTM state of each slot is the same with one worker per inference call and two,
+  and a reconnecting worker's slots start from init_actor's values."""
+  states = {}
+  for batch_workers in (1, 2):
+    config = r2d2_config.cartpole_seed()
+    config.replay.name = "host"
+    config.runtime.rollout_length = 4
+    server, output, runtime = make_server(config, num_workers=2,
+                                          batch_workers=batch_workers)
+    stop, thread = _serve(server)
+    try:
+      run_workers(server, 13, seeds=(0, 1))
+    finally:
+      stop.set()
+      thread.join(10)
+    lstm = jax.tree.leaves(jax.device_get(server.steps[0].states.core))
+    states[batch_workers] = [np.asarray(x)[:8] for x in lstm]
+  for a, b in zip(states[1], states[2]):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_inference_step_compiles_once_whatever_the_fill():
+  config = ppo_config.cartpole_seed()
+  config.runtime.rollout_length = 3
+  server, output, _ = make_server(config, num_workers=3, batch_workers=2)
+  stop, thread = _serve(server)
+  try:
+    run_workers(server, 9, seeds=(0,))  # alone: every call is half full (padded)
+    run_workers(server, 9, seeds=(1, 2))
+  finally:
+    stop.set()
+    thread.join(10)
+  assert server.steps[0]._step._cache_size() == 1
+  assert len(output.batches) == 3 * 2  # 1 + 8 steps: two rollouts of 3 per worker
+
+
+def test_a_spec_that_differs_from_the_runs_is_refused_naming_both():
+  server, _, _ = make_server(ppo_config.cartpole_seed(), num_workers=1)
+  session = server.new_session("test")
+  kind, _ = session.handle(transport.HELLO, transport.encode_json(dict(
+      version=__version__)))
+  assert kind == transport.CONFIG
+  wrong = transport.Layout([((4,), "<i4"), ((4,), "<f4"), ((4,), "<f4"),
+                            ((4, 84, 84), "|u1"), ((5,), "<f8")])
+  kind, payload = session.handle(transport.SPEC, transport.encode_json(dict(
+      step=wrong.to_json())))
+  message = transport.decode_json(payload)["message"]
+  assert kind == transport.REFUSE
+  assert "uint8[4, 84, 84]" in message and "float32[4, 4]" in message
+  other = server.new_session("late")
+  kind, payload = other.handle(transport.HELLO, transport.encode_json(dict(version="0.0")))
+  assert kind == transport.REFUSE and "podracer 0.0" in payload.decode()
+
+
+def test_a_silent_worker_is_dropped_after_worker_timeout():
+  server, _, _ = make_server(ppo_config.cartpole_seed(), num_workers=1)
+  server.worker_timeout = 0.2
+  session = server.new_session("silent")
+  session.handle(transport.HELLO, transport.encode_json(dict(
+      version=__version__)))
+  layout = server.step_layout
+  session.handle(transport.SPEC, transport.encode_json(dict(step=layout.to_json())))
+  aborted = []
+  session.abort = lambda: (aborted.append(True), session.closed("connection closed"))
+  assert server.workers_alive == 1
+  time.sleep(0.3)
+  server.drop_silent()
+  assert aborted and server.workers_alive == 0
+  assert "sent nothing for" in server.failures[-1]
+
+
+# -- bad input -------------------------------------------------------------------------
+
+
+def _build(**runtime):
+  config = one_device(ppo_config.cartpole_seed())
+  config.runtime.update(runtime)
+  return builder.build(config)
+
+
+@pytest.mark.parametrize("runtime,words", [
+    (dict(envs_per_batch=24), "runtime.envs_per_batch` (24) must be a multiple"),
+    (dict(inference_batch_size=24), "runtime.inference_batch_size` (24) must be a multiple"),
+    (dict(inference_batch_size=128), "larger than all 64 environments"),
+    (dict(address="localhost"), "an address is HOST:PORT"),
+    (dict(address="192.0.2.7:5000"), "not an address of this machine"),
+    (dict(transport="unix", address="192.0.2.7:5000"), "only reaches workers of this host"),
+    (dict(num_local_workers=0), "runtime.num_workers` must say"),
+])
+def test_bad_seed_options_are_refused_at_build(runtime, words):
+  with pytest.raises(ConfigError, match=re.escape(words)):
+    _build(**runtime)
+
+
+def test_a_taken_port_and_a_jax_environment_exit_2_with_one_paragraph(tmp_path):
+  with socket.socket() as taken:
+    taken.bind(("localhost", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    result = launch("--config=agents/ppo/config.py:cartpole_seed",
+                    f"--config.runtime.address=localhost:{port}", f"--workdir={tmp_path}")
+  assert result.returncode == 2, result.stderr
+  assert f"port {port} is taken" in result.stderr and "Traceback" not in result.stderr
+  with pytest.raises(ConfigError, match="anakin"):
+    config = one_device(ppo_config.cartpole_seed())
+    config.env = ppo_config.cartpole_anakin().env
+    builder.build(config)
+
+
+# -- whole runs ----------------------------------------------------------------------
+
+
+def run_in_process(config, workdir=None):
+  experiment = builder.build(one_device(config))
+  logger = MetricsLogger(workdir, stream=None, stop_at_return=config.get("stop_at_return"))
+  experiment.runtime.run(logger)
+  return logger.records
+
+
+def worker_processes():
+  out = subprocess.run(["pgrep", "-f", "podracer.worker"], capture_output=True, text=True)
+  return [int(p) for p in out.stdout.split()]
+
+
+@pytest.mark.default_lane_only
+def test_ppo_cartpole_seed_holds_450_over_the_last_fifth_of_2m_steps():
+  config = ppo_config.cartpole_seed()
+  assert config.seed == 0 and config.total_env_steps == 2_000_000
+  records = run_in_process(config)
+  end = records[-1]["env_steps"]
+  last_fifth = [r["episode_return"] for r in records
+                if "episode_return" in r and r["env_steps"] > 0.8 * end]
+  assert np.mean(last_fifth) >= 450, f"last-20% mean return {np.mean(last_fifth):.1f}"
+  assert max(r["policy_lag_max"] for r in records if "policy_lag_max" in r) <= 1
+  fill = [r["inference_fill"] for r in records if "inference_fill" in r]
+  assert np.median(fill) >= 0.9
+  assert worker_processes() == []
+
+
+@pytest.mark.default_lane_only
+def test_impala_cartpole_seed_reaches_450_within_2m_steps():
+  config = impala_config.cartpole_seed()
+  config.stop_at_return = 450.0
+  records = run_in_process(config)
+  best = max(r["episode_return"] for r in records if "episode_return" in r)
+  assert best >= 450, f"best mean return {best:.1f}"
+
+
+def test_r2d2_cartpole_seed_reaches_400_within_500k_steps_with_the_host_replay():
+  config = r2d2_config.cartpole_seed()
+  if os.environ.get("PODRACER_LANE") != "reverb":
+    config.replay.name = "host"
+  config.stop_at_return = 400.0
+  records = run_in_process(config)
+  best = max(r["episode_return"] for r in records if "episode_return" in r)
+  assert best >= 400, f"best mean return {best:.1f} by {records[-1]['env_steps']:,}"
+
+
+@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
+def test_a_killed_local_worker_is_replaced_and_the_run_goes_on(tmp_path):
+  config = impala_config.cartpole_seed()
+  config.total_env_steps = 600_000
+  config.runtime.worker_timeout = 10.0
+  killed = []
+
+  def kill_one():
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+      if (tmp_path / "metrics.jsonl").exists() and len(
+          (tmp_path / "metrics.jsonl").read_text().splitlines()) >= 3:
+        pids = worker_processes()
+        if pids:
+          os.kill(pids[0], signal.SIGKILL)
+          killed.append(pids[0])
+          return
+      time.sleep(0.2)
+
+  killer = threading.Thread(target=kill_one)
+  killer.start()
+  records = run_in_process(config, str(tmp_path))
+  killer.join()
+  assert killed
+  alive = [r["workers_alive"] for r in records if "workers_alive" in r]
+  restarts = [r["worker_restarts"] for r in records if "worker_restarts" in r]
+  assert min(alive) < 4 and alive[-1] == 4, alive
+  assert max(restarts) >= 1
+  assert records[-1]["env_steps"] >= 600_000
+  assert "was killed by SIGKILL" in (tmp_path / "workers" / "worker_0.log").read_text() or \
+      any((tmp_path / "workers").iterdir())
+  assert worker_processes() == []
+
+
+@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
+def test_workers_started_by_hand_join_a_run_and_exit_0_when_it_ends(tmp_path):
+  port = _free_port()
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  env.pop("XLA_FLAGS", None)
+  run = subprocess.Popen(
+      [sys.executable, "-m", "podracer.launch", "--config=agents/ppo/config.py:cartpole_seed",
+       "--config.runtime.num_local_workers=0", "--config.runtime.num_workers=2",
+       f"--config.runtime.address=127.0.0.2:{port}", "--config.total_env_steps=100000",
+       f"--workdir={tmp_path}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  workers = subprocess.Popen(
+      [sys.executable, "-m", "podracer.worker", f"--server=127.0.0.2:{port}",
+       "--num_workers=2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
+  _, stderr = run.communicate(timeout=240)
+  ended = time.monotonic()
+  assert run.returncode == 0, stderr
+  assert f"--server=127.0.0.2:{port}" in stderr
+  assert (tmp_path / "seed_address").read_text().strip() == f"127.0.0.2:{port}"
+  workers.communicate(timeout=30)
+  assert workers.returncode == 0
+  assert time.monotonic() - ended < 10
+  records = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert records[-1]["env_steps"] >= 100_000
+
+
+def test_a_run_no_worker_joins_stops_with_the_command_that_starts_one(tmp_path):
+  result = launch("--config=agents/ppo/config.py:cartpole_seed",
+                  "--config.runtime.num_local_workers=0", "--config.runtime.num_workers=1",
+                  "--config.runtime.worker_timeout=2", f"--workdir={tmp_path}")
+  assert result.returncode == 1, result.stderr
+  assert "no SEED worker was alive for 2 s" in result.stderr
+  assert "python -m podracer.worker --server=localhost:" in result.stderr
+  assert "Traceback" not in result.stderr
+
+
+def _start_long_run(tmp_path, *extra):
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  env.pop("XLA_FLAGS", None)
+  process = subprocess.Popen(
+      [sys.executable, "-m", "podracer.launch", "--config=agents/ppo/config.py:cartpole_seed",
+       "--config.total_env_steps=100000000", f"--workdir={tmp_path}", *extra], cwd=ROOT,
+      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  metrics = tmp_path / "metrics.jsonl"
+  deadline = time.monotonic() + 120
+  while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+    assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+    time.sleep(0.2)
+  return process
+
+
+def test_sigterm_stops_the_run_and_its_workers_with_a_checkpoint(tmp_path):
+  process = _start_long_run(tmp_path)
+  assert len(worker_processes()) == 4
+  sent = time.monotonic()
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == 143, stderr
+  assert time.monotonic() - sent < 15
+  assert any((tmp_path / "checkpoints").iterdir())
+  assert worker_processes() == []
+  assert "Traceback" not in stderr
+
+
+@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
+def test_workers_lose_a_killed_server_within_10_s(tmp_path):
+  process = _start_long_run(tmp_path)
+  pids = worker_processes()
+  assert len(pids) == 4
+  process.kill()
+  process.communicate()
+  killed = time.monotonic()
+  while worker_processes() and time.monotonic() - killed < 10:
+    time.sleep(0.1)
+  assert worker_processes() == []
+  logs = [(tmp_path / "workers" / f"worker_{i}.log").read_text() for i in range(4)]
+  assert all("lost the podracer server at localhost:" in log for log in logs), logs
+
+
+def test_a_failing_inference_thread_stops_the_run_with_its_traceback(tmp_path):
+  result = launch("--config=agents/ppo/config.py:cartpole_seed",
+                  "--config.runtime.inject_failure=inference", f"--workdir={tmp_path}")
+  assert result.returncode == 1, result.stderr
+  assert re.search(r"RuntimeError: injected inference failure", result.stderr)
+  assert worker_processes() == []
