@@ -422,7 +422,8 @@ def test_impala_cartpole_seed_reaches_450_within_2m_steps():
   assert best >= 450, f"best mean return {best:.1f}"
 
 
-def test_r2d2_cartpole_seed_reaches_400_within_500k_steps_with_the_host_replay():
+def test_r2d2_cartpole_seed_reaches_400_within_500k_steps():
+  """With the `host` replay in the default lane, Reverb in the Reverb lane; seed 0."""
   config = r2d2_config.cartpole_seed()
   if os.environ.get("PODRACER_LANE") != "reverb":
     config.replay.name = "host"
