@@ -107,7 +107,8 @@ def seed(c: config_dict.ConfigDict, num_local_workers: int = 4, envs_per_worker:
       max_policy_lag=config_dict.placeholder(int), log_interval=was.log_interval,
       address="localhost:0", transport="auto",
       inference_batch_size=config_dict.placeholder(int),
-      inference_timeout_ms=config_dict.placeholder(float), worker_timeout=30.0,
+      inference_timeout_ms=config_dict.placeholder(float), inference_threads_per_device=2,
+      worker_timeout=30.0,
       max_worker_restarts=3, inject_failure=""))
   c.runtime.max_policy_lag = was.max_policy_lag
   return c

@@ -43,8 +43,10 @@ class SeedOptions:
   `rollout_length`, `updates_per_batch`, `queue_size`, `max_policy_lag`, `log_interval`
   as under Sebulba; `address` HOST:PORT the server binds (port 0: a free one),
   `transport` ('auto': a Unix socket for workers of this host, gRPC for others; 'grpc';
-  'unix'), `inference_batch_size` (None: half of all environments),
+  'unix'), `inference_batch_size` (None: all of one inference thread's workers),
   `inference_timeout_ms` (None: act once the batch is full or every worker waits),
+  `inference_threads_per_device` (each serves its own workers, so one thread's batch
+  steps while another's inference runs, as Sebulba's actor threads take turns),
   `worker_timeout` seconds of silence before a worker is dropped, `max_worker_restarts`
   of local workers, and `inject_failure` ('inference' or 'learner')."""
   num_local_workers: int = 4
@@ -60,6 +62,7 @@ class SeedOptions:
   transport: str = "auto"
   inference_batch_size: Optional[int] = None
   inference_timeout_ms: Optional[float] = None
+  inference_threads_per_device: int = 2
   worker_timeout: float = 30.0
   max_worker_restarts: int = 3
   inject_failure: str = ""
@@ -67,7 +70,7 @@ class SeedOptions:
   def __post_init__(self):
     bw = self.envs_per_worker
     for key in ("envs_per_worker", "envs_per_batch", "rollout_length", "updates_per_batch",
-                "queue_size"):
+                "queue_size", "inference_threads_per_device"):
       value = getattr(self, key)
       if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _key_error(key, f"is a positive integer, got {value!r}.")
@@ -108,13 +111,14 @@ class SeedOptions:
     """Worker slots of the run."""
     return self.num_workers or self.num_local_workers
 
-  @property
-  def batch_size(self) -> int:
-    """Environments per inference call: half of all (SEED's default), whole workers."""
+  def batch_size(self, lanes: int) -> int:
+    """Environments per inference call of one of `lanes` inference threads: all of that
+    thread's workers' (half of all environments with one device and two threads, SEED's
+    default), at least one worker's."""
     if self.inference_batch_size is not None:
       return self.inference_batch_size
     bw = self.envs_per_worker
-    return max(bw, (self.workers // 2) * bw)
+    return max(bw, (self.workers // lanes) * bw)
 
   def plan(self, topology: Any, total_env_steps: int) -> Plan:
     del topology
@@ -187,11 +191,15 @@ class Seed(HostRuntime):
   def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore, output: Any,
                        restart: int = 0, lag_bound: Optional[PolicyLagBound] = None) -> None:
     options, welcome = self.options, self._welcome()
+    # Inference threads: `inference_threads_per_device` per actor device, each with the
+    # workers of its own seats (seat % len(lanes)).
+    lanes = [d for d in self.topology.actor_devices
+             for _ in range(options.inference_threads_per_device)]
     self.server = server = InferenceServer(
-        self.agent, self.topology.actor_devices, store, output,
+        self.agent, lanes, store, output,
         Seats(options.envs_per_batch // options.envs_per_worker, first_update=restart),
         num_workers=options.workers, envs_per_worker=options.envs_per_worker,
-        rollout_length=options.rollout_length, batch_size=options.batch_size,
+        rollout_length=options.rollout_length, batch_size=options.batch_size(len(lanes)),
         timeout_ms=options.inference_timeout_ms, max_policy_lag=options.max_policy_lag,
         welcome=welcome, step_layout=self.step_layout(),
         action_layout=transport.Layout(welcome["action"]),
@@ -201,8 +209,8 @@ class Seed(HostRuntime):
                                        unix=options.transport != "grpc",
                                        max_sessions=options.workers)
     self._announce(self.listener.address)
-    for i, device in enumerate(self.topology.actor_devices):
-      group.spawn(f"inference-{device.id}", server.run, i, group.stop,
+    for i, device in enumerate(lanes):
+      group.spawn(f"inference-{device.id}-{i}", server.run, i, group.stop,
                   options.inject_failure == "inference" and i == 0)
     self._alive_at = time.monotonic()
     if options.num_local_workers:

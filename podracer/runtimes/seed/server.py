@@ -4,7 +4,8 @@ Every environment of the run has a slot: a row of the actor state kept on the de
 ([N+1, ...] leaves; row N takes padded rows' writes). A worker holds `envs_per_worker`
 consecutive slots (its seat) while connected; its first step gives them fresh
 `init_actor` values, so R2D2's LSTM state and epsilons follow the environment, not the
-batch a step arrives in. One inference thread per actor device takes whole worker
+batch a step arrives in. Each inference thread (`runtime.inference_threads_per_device`
+per actor device; worker seat w goes to thread w % threads) takes whole worker
 messages in arrival order until it has `inference_batch_size` environments (or every
 connected worker is waiting, or `inference_timeout_ms` passed), pads them to that fixed
 size, and runs one compiled step that gathers the slots' states, acts and scatters the
@@ -172,7 +173,8 @@ class InferenceStep:
 
 
 class InferenceServer:
-  """The sessions of one run's workers and the inference threads that act for them."""
+  """The sessions of one run's workers and the inference threads that act for them:
+  `devices` has one entry per inference thread (a device appears once per thread)."""
 
   def __init__(self, agent: Agent, devices: List[jax.Device], store: ParamsStore,
                output: Any, seats: Seats, *, num_workers: int, envs_per_worker: int,
@@ -190,6 +192,7 @@ class InferenceServer:
     self.worker_timeout = worker_timeout
     self.num_slots = num_workers * envs_per_worker
     self.lock = threading.Lock()
+    self.delivering = threading.Lock()
     self.sessions: Dict[int, WorkerSession] = {}  # by seat
     self.connections = 0
     self.requests = [queue.Queue() for _ in devices]
@@ -535,9 +538,12 @@ class WorkerSession(transport.Session):
     trajectory, versions = done
     piece = Piece(trajectory, versions, self.episodes, self.stream)
     self.episodes = np.zeros(3)
-    for batch in self.server.seats.fill(completed, piece):
-      if not self.server.deliver(batch, stop):
-        return
+    # Filled and handed over under one lock: batches reach the queue in update order
+    # whichever inference thread completes them.
+    with self.server.delivering:
+      for batch in self.server.seats.fill(completed, piece):
+        if not self.server.deliver(batch, stop):
+          return
 
   def closed(self, error: Optional[str]) -> None:
     if self.timed_out:
