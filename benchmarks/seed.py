@@ -7,7 +7,8 @@ Prints, in one run:
   1. raw round trips/s of each transport (Unix socket, gRPC) for the config's step
      message (and for 16 Atari frames), one stream, request and reply alternating;
   2. workers alone, against a server that answers with random actions (their ceiling);
-  3. full `seed` runs (learner included) per worker count, `envs_per_worker` each, with
+  3. the server and workers without a learner (`run_actors`, initial parameters), and
+     full `seed` runs (learner included) per worker count, `envs_per_worker` each, with
      the median `inference_fill` and worker-seen latency p50/p99;
   4. Sebulba's full steps/s with the same total environments (2 actor threads);
 and ends with `seed/sebulba RATIO` for the largest worker count. Rates are medians of the
@@ -143,7 +144,8 @@ def main(argv):
     print(f"  {what:>20}: unix {unix:10,.0f}  grpc {grpc:9,.0f}  unix/grpc {unix / grpc:5.1f}")
   counts = [int(w) for w in _WORKERS.value]
   bw = base.runtime.envs_per_worker
-  print(f"\n{'workers':>7} {'envs':>5} {'alone sps':>10} {'seed sps':>10} {'fill':>5} "
+  print(f"\n{'workers':>7} {'envs':>5} {'alone sps':>10} {'no learner':>10} "
+        f"{'seed sps':>10} {'fill':>5} "
         f"{'p50 ms':>7} {'p99 ms':>7}")
   seed_sps = 0.0
   for w in counts:
@@ -151,8 +153,10 @@ def main(argv):
     c.runtime.num_local_workers = w
     c.runtime.envs_per_batch = min(c.runtime.envs_per_batch, w * bw)
     alone = workers_alone(c, w, seconds)
+    no_learner = builder.build(c).runtime.run_actors(seconds)
     seed_sps, fill, p50, p99 = full_run(c, seconds)
-    print(f"{w:>7} {w * bw:>5} {alone:>10,.0f} {seed_sps:>10,.0f} {fill:>5.2f} "
+    print(f"{w:>7} {w * bw:>5} {alone:>10,.0f} {no_learner:>10,.0f} {seed_sps:>10,.0f} "
+          f"{fill:>5.2f} "
           f"{p50:>7.2f} {p99:>7.2f}", flush=True)
   twin = base.copy_and_resolve_references()
   total = counts[-1] * bw

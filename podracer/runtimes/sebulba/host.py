@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import queue
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 import jax
@@ -25,7 +26,7 @@ from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Runtime
 from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.actor import act_and_advance_key
+from podracer.runtimes.sebulba.actor import Batch, ToLearners, act_and_advance_key
 from podracer.runtimes.sebulba.learner import Learner, Progress, StopVote
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, first_replica
 from podracer.types import REPLICA_AXIS, Trajectory, strip_weak_types
@@ -72,6 +73,44 @@ class HostRuntime(Runtime):
     nets, opt, experience = self._init_learner(
         np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n))
     return [nets, opt, experience]
+
+  def run_actors(self, seconds: float, warmup_batches: Optional[int] = None) -> float:
+    """Env steps/s of the producers alone (Sebulba's actor threads, SEED's server and
+    workers): initial parameters, no learner.
+
+    Batches are taken off the queue and dropped. The first `warmup_batches` (default:
+    two per producer, which covers compilation) are not counted.
+    """
+    if self.replay is not None:
+      raise ConfigError("run_actors measures actors that feed the learner queue; with a "
+                        "host replay their pace is the replay's rate limiter's.")
+    batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.options.queue_size)
+    store = ParamsStore(self.topology.actor_devices)
+    store.push(first_replica(self._start_learner()[0]), version=0)
+    group = threads.ThreadGroup()
+    warmup = 2 * self.producers if warmup_batches is None else warmup_batches
+    seen, steps, start = 0, 0, None
+    try:
+      self._spawn_producers(group, store, ToLearners(
+          self.topology.learner_devices, batches, self.agent.trajectory_overlap))
+      while not group.stop.is_set():
+        batch = threads.get(batches, group.stop)
+        if batch is None:
+          break
+        seen += 1
+        if seen == warmup + 1:
+          start = time.perf_counter()
+        elif seen > warmup + 1:
+          steps += batch.env_steps
+          if time.perf_counter() - start >= seconds:
+            break
+        self._poll(group)
+    finally:
+      try:
+        group.shutdown()
+      finally:
+        self._stop_producers()
+    return steps / (time.perf_counter() - start) if start is not None else 0.0
 
   # -- checkpoints (podracer/checkpoint.py) ----------------------------------------
 

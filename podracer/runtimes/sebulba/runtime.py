@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import queue
-import time
 from typing import Any, Callable, Optional
 
 import jax
@@ -17,10 +15,10 @@ from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Plan, plan_calls
 from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.actor import Actor, Batch, ToLearners
+from podracer.runtimes.sebulba.actor import Actor
 from podracer.runtimes.sebulba.actor import act_and_advance_key
 from podracer.runtimes.sebulba.host import HostEvaluator, HostRuntime
-from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, first_replica
+from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound
 from podracer.runtimes.sebulba.paths import REPLAY_DIR, data_path
 
 __all__ = ["Sebulba", "SebulbaOptions", "HostEvaluator", "REPLAY_DIR"]
@@ -94,39 +92,7 @@ class Sebulba(HostRuntime):
         updates_per_batch=options.updates_per_batch, max_policy_lag=options.max_policy_lag,
         producers=self.num_actor_threads, batch_key="num_envs_per_actor"))
     self._act = jax.jit(functools.partial(act_and_advance_key, agent.act))
-
-  def run_actors(self, seconds: float, warmup_batches: Optional[int] = None) -> float:
-    """Env steps/s of the actor threads alone: initial parameters, no learner.
-
-    Batches are taken off the queue and dropped. The first `warmup_batches` (default:
-    two per thread, which covers compilation) are not counted.
-    """
-    if self.replay is not None:
-      raise ConfigError("run_actors measures actors that feed the learner queue; with a "
-                        "host replay their pace is the replay's rate limiter's.")
-    batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.options.queue_size)
-    store = ParamsStore(self.topology.actor_devices)
-    store.push(first_replica(self._start_learner()[0]), version=0)
-    group = threads.ThreadGroup()
-    warmup = 2 * self.num_actor_threads if warmup_batches is None else warmup_batches
-    seen, steps, start = 0, 0, None
-    try:
-      self._spawn_producers(group, store, ToLearners(
-          self.topology.learner_devices, batches, self.agent.trajectory_overlap))
-      while not group.stop.is_set():
-        batch = threads.get(batches, group.stop)
-        if batch is None:
-          break
-        seen += 1
-        if seen == warmup + 1:
-          start = time.perf_counter()
-        elif seen > warmup + 1:
-          steps += batch.env_steps
-          if time.perf_counter() - start >= seconds:
-            break
-    finally:
-      group.shutdown()
-    return steps / (time.perf_counter() - start) if start is not None else 0.0
+    self.producers = self.num_actor_threads  # `run_actors` warms up two batches each.
 
   def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore,
                        output: Any, restart: int = 0,

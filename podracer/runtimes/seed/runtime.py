@@ -157,6 +157,7 @@ class Seed(HostRuntime):
         rollout_length=options.rollout_length, queue_size=options.queue_size,
         updates_per_batch=options.updates_per_batch, max_policy_lag=options.max_policy_lag,
         producers=options.workers, batch_key="envs_per_batch"))
+    self.producers = options.workers  # `run_actors` warms up two batches each.
     self.server = self.listener = self.local = None
     self.workdir: Optional[str] = None
 
@@ -200,7 +201,9 @@ class Seed(HostRuntime):
         Seats(options.envs_per_batch // options.envs_per_worker, first_update=restart),
         num_workers=options.workers, envs_per_worker=options.envs_per_worker,
         rollout_length=options.rollout_length, batch_size=options.batch_size(len(lanes)),
-        timeout_ms=options.inference_timeout_ms, max_policy_lag=options.max_policy_lag,
+        timeout_ms=options.inference_timeout_ms,
+        # None without a learner (`run_actors`): the parameters never change there.
+        max_policy_lag=None if lag_bound is None else lag_bound.max_lag,
         welcome=welcome, step_layout=self.step_layout(),
         action_layout=transport.Layout(welcome["action"]),
         seed=self.seed + 7_919 * restart, worker_timeout=options.worker_timeout)
