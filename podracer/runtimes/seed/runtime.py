@@ -215,7 +215,7 @@ class Seed(HostRuntime):
     for i, device in enumerate(lanes):
       group.spawn(f"inference-{device.id}-{i}", server.run, i, group.stop,
                   options.inject_failure == "inference" and i == 0)
-    self._alive_at = time.monotonic()
+    self._alive_at, self._reported = time.monotonic(), 0  # for `_poll`
     if options.num_local_workers:
       self.local = LocalWorkers(options.num_local_workers, self.listener.address,
                                 options.transport, self.workdir)
@@ -232,9 +232,9 @@ class Seed(HostRuntime):
   def _poll(self, group: threads.ThreadGroup) -> None:
     server, now = self.server, time.monotonic()
     server.drop_silent()
-    for failure in server.failures[len(getattr(self, "_reported", [])):]:
+    for failure in server.failures[self._reported:]:
       sys.stderr.write(f"SEED: {failure}\n")
-    self._reported = list(server.failures)
+    self._reported = len(server.failures)
     if self.local is not None:
       self._restart_local_workers()
     if server.workers_alive:

@@ -144,11 +144,11 @@ class Request:
 
 
 class InferenceStep:
-  """The compiled step of one actor device: gather slots, act, scatter, on [N+1] state."""
+  """The compiled step of one inference thread: gather slots, act, scatter, on its
+  device's [N+1] state."""
 
-  def __init__(self, agent: Agent, device: jax.Device, num_slots: int, batch_size: int,
-               key: jax.Array):
-    self.agent, self.device, self.batch_size = agent, device, batch_size
+  def __init__(self, agent: Agent, device: jax.Device, num_slots: int, key: jax.Array):
+    self.agent, self.device = agent, device
     initial = agent.init_actor(jax.random.fold_in(key, 1), num_slots + 1)
     self.initial = jax.device_put(initial, device)
     self.states = jax.tree.map(jnp.copy, self.initial)  # Donated: not `initial`'s.
@@ -198,11 +198,10 @@ class InferenceServer:
     self.requests = [queue.Queue() for _ in devices]
     self.stopping = threading.Event()
     self.failures: List[str] = []   # why workers were dropped, newest last
-    self.last_alive = time.monotonic()
     self.stats = ServerStats()
     key = jax.random.PRNGKey(seed * 7919 + 17)
-    self.steps = [InferenceStep(agent, d, self.num_slots, batch_size,
-                                jax.random.fold_in(key, i)) for i, d in enumerate(devices)]
+    self.steps = [InferenceStep(agent, d, self.num_slots, jax.random.fold_in(key, i))
+                  for i, d in enumerate(devices)]
 
   # -- sessions (transport threads) --------------------------------------------------
 
@@ -225,7 +224,6 @@ class InferenceServer:
     with self.lock:
       if self.sessions.get(session.seat) is session:
         del self.sessions[session.seat]
-        self.last_alive = time.monotonic()
     for j in session.seats_taken():
       self.seats.release(j)
     if error and not self.stopping.is_set():
@@ -255,10 +253,10 @@ class InferenceServer:
       session.timed_out = True
       session.abort()
 
-  # -- inference (one thread per actor device) ---------------------------------------
+  # -- inference (`inference_threads_per_device` threads per actor device) -----------
 
   def run(self, index: int, stop: threading.Event, fail_after_first_call: bool = False):
-    """Device `index`'s inference thread, until `stop`."""
+    """Inference thread `index` (of `devices`), until `stop`."""
     held: List[Request] = []
     while not stop.is_set():
       batch, held = self._collect(index, held, stop)
@@ -395,8 +393,12 @@ class ServerStats:
       self.env_times.append(env_seconds)
 
   def take(self) -> Dict[str, float]:
+    """The figures since the last take; none when no call was made since (two batches
+    completed by one call), rather than zeros that would pull the records' means down."""
     with self._lock:
-      calls = max(self.calls, 1)
+      if not self.calls:
+        return {}
+      calls = self.calls
       out = dict(inference_batch=self.envs / calls,
                  inference_fill=self.envs / max(self.capacity, 1),
                  server_queue_depth=self.depth / calls,
@@ -424,7 +426,6 @@ class WorkerSession(transport.Session):
     self.rollout = Rollout(server.agent.trajectory_overlap, server.rollout_length)
     self.seat_now: Optional[int] = None   # learner batch of the current rollout
     self.episodes = np.zeros(3)
-    self.times = dict(worker_env=0.0)
     self.fresh = True
     self._sending = threading.Lock()
 
@@ -530,7 +531,6 @@ class WorkerSession(transport.Session):
     """Called by the inference thread with the entry acted for this worker's step
     (after the reply); `completed` is what `claim` returned."""
     self.episodes += sums[:3]
-    self.times["worker_env"] += sums[3]
     self.server.stats.add_worker(float(sums[4]) if sums[4] else latency, float(sums[3]))
     done = self.rollout.add(entry, version)
     if done is None:
