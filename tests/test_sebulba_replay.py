@@ -113,7 +113,7 @@ def test_actors_insert_sequences_and_the_learner_writes_priorities_back():
   assert keys.shape == priorities.shape == (16,) and np.all(priorities >= 0)
   assert np.any(priorities > 0)
   for key in ("replay_size", "replay_inserts_per_s", "replay_samples_per_s",
-              "sample_to_insert_ratio", "mean_priority", "policy_lag"):
+              "sample_to_insert_ratio", "priority_mean", "policy_lag"):
     assert key in records[-1], key
   assert records[-1]["env_steps"] >= 20_000
 

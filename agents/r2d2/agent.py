@@ -24,11 +24,17 @@ import rlax
 
 from podracer import registry
 from podracer.agent import Agent
+from podracer.components.losses import n_step_double_q_td
 from podracer.components.networks import RecurrentQNetwork
 from podracer.components.replay import importance_weights
 from podracer.learning import Objective, gradient_step, periodic_update
 from podracer.registry.ranges import NonNegative, Probability
 from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
+
+
+# What each update's record carries (`R2D2._diagnostics`); 0 while the replay warms up.
+DIAGNOSTICS = ("loss", "q_mean", "q_max", "target_mean", "td_error_abs", "priority_mean",
+               "priority_max", "learning")
 
 
 class R2D2ActorState(NamedTuple):
@@ -62,24 +68,6 @@ def sequence_priorities(abs_td: jax.Array, mask: jax.Array, eta: float) -> jax.A
   count = jnp.maximum(jnp.sum(mask, axis=0), 1.0)
   mean = jnp.sum(abs_td * mask, axis=0) / count
   return eta * jnp.max(abs_td * mask, axis=0) + (1.0 - eta) * mean
-
-
-def n_step_double_q_td(q, target_q, action, reward, discount, n: int,
-                       tx_pair: rlax.TxPair) -> jax.Array:
-  """TD errors [S-1, B] of n-step double Q-learning on [S, B] sequences.
-
-  Transition t (from step t to t+1) has target
-      h(sum_{k<n} (prod_{j<k} discount[t+j]) reward[t+k]
-        + (prod_{k<n} discount[t+k]) h^-1(target_q[t+n, argmax_a q[t+n, a]]))
-  truncated at the end of the sequence; `reward`, `discount` are [S-1, B] (per transition)
-  and `action` [S, B]. The online net picks the bootstrap action, the target net values it.
-  """
-  double_q_action = jnp.argmax(q[1:], axis=-1)
-  return jax.vmap(
-      lambda q_tm1, a_tm1, tq_t, a_t, r_t, d_t: rlax.transformed_n_step_q_learning(
-          q_tm1, a_tm1, tq_t, a_t, r_t, d_t, n, tx_pair=tx_pair),
-      in_axes=1, out_axes=1)(q[:-1], action[:-1], target_q[1:], double_q_action, reward,
-                             discount)
 
 
 @registry.agents.register("r2d2")
@@ -183,23 +171,33 @@ class R2D2(Agent):
       weights = importance_weights(sample, self.importance_sampling_exponent)
       nets, optimizer, out = gradient_step(self.objectives, nets, opt.optimizer,
                                            (sample.items, weights, opt.target), None)
-      abs_td, mask, q = out["abs_td"], out["mask"], out["q"]
       count = opt.updates + 1
       target = periodic_update(nets, opt.target, count, self.target_update_period)
-      priorities = sequence_priorities(abs_td, mask, self.priority_eta)
+      priorities = sequence_priorities(out["abs_td"], out["mask"], self.priority_eta)
       experience = self.replay.update_priorities(experience, sample, priorities)
-      metrics = dict(loss=out["loss"], mean_q=jnp.mean(q), mean_abs_td=jnp.mean(abs_td),
-                     mean_priority=jnp.mean(priorities), learning=jnp.float32(1.0))
+      metrics = self._diagnostics(out, priorities)
       return (nets, R2D2LearnerState(optimizer, target, count), experience), metrics
 
     def wait(args):
-      zeros = dict(loss=0.0, mean_q=0.0, mean_abs_td=0.0, mean_priority=0.0, learning=0.0)
-      return args, {k: jnp.float32(v) for k, v in zeros.items()}
+      return args, {k: jnp.float32(0.0) for k in DIAGNOSTICS}
 
     (nets, opt, experience), metrics = jax.lax.cond(
         self.replay.can_sample(experience), learn, wait, (nets, opt, experience))
     metrics.update(self._replay_metrics(experience))
     return nets, opt, experience, metrics
+
+  def _diagnostics(self, out, priorities):
+    """What a record shows of an update: values in return units (h^-1 of the network's),
+    max_a Q against the n-step targets, over the learned steps; errors and priorities as
+    the loss and the replay see them."""
+    mask = out["mask"]
+    mean = lambda x: jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    max_q = self.tx_pair.apply_inv(jnp.max(out["q"], axis=-1))
+    return dict(loss=out["loss"], q_mean=mean(max_q),
+                q_max=jnp.max(jnp.where(mask > 0, max_q, -jnp.inf)),
+                target_mean=mean(self.tx_pair.apply_inv(out["target"])),
+                td_error_abs=mean(out["abs_td"]), priority_mean=jnp.mean(priorities),
+                priority_max=jnp.max(priorities), learning=jnp.float32(1.0))
 
   def _replay_metrics(self, experience):
     size = getattr(self.replay, "size", None)
@@ -232,17 +230,20 @@ class R2D2(Agent):
     target_q = jax.lax.stop_gradient(target_q)
     step_type = timestep.step_type[burn:]
     # Transitions out of a LAST step are resets (their action was ignored): masked, and
-    # their zero discount keeps n-step returns inside one episode.
-    not_reset = (step_type[:-1] != StepType.LAST).astype(jnp.float32)
+    # n-step returns stop before them, bootstrapping from the LAST step unless the
+    # episode terminated (a time limit's return goes on: `q_learning`).
+    cut = step_type[:-1] == StepType.LAST
+    not_reset = (~cut).astype(jnp.float32)
     reward = timestep.reward[burn:][1:]
-    discount = self.discount * timestep.discount[burn:][1:] * not_reset
+    discount = self.discount * timestep.discount[burn:][1:]
 
     td = n_step_double_q_td(q, target_q, action[burn:], reward, discount, self.n_step,
-                            self.tx_pair)
+                            self.tx_pair, cut=cut)
     # Learned steps: the first T transitions; later ones lack full n-step targets.
     learned = td.shape[0] - (self.n_step - 1)
     td, mask = td[:learned], not_reset[:learned]
     loss = jnp.sum(weights[None] * 0.5 * jnp.square(td) * mask) / jnp.maximum(
         jnp.sum(mask), 1.0)
-    return loss, dict(abs_td=jnp.abs(td), mask=mask, q=q[:learned])
+    q_taken = jnp.take_along_axis(q[:learned], action[burn:][:learned, ..., None], -1)[..., 0]
+    return loss, dict(abs_td=jnp.abs(td), mask=mask, q=q[:learned], target=td + q_taken)
 

@@ -1,0 +1,76 @@
+"""n-step Q-learning targets on time-major sequences that may cross episode boundaries.
+
+Transition t takes step t to step t+1 (dm_env's convention, as in `vtrace`): `reward[t]`
+and `discount[t]` are r_{t+1} and gamma * d_{t+1}. A sequence cut from a stream of
+episodes holds resets: the transition out of a LAST step, which is no transition at all.
+An n-step return must stop at the LAST step before it and bootstrap from that step's
+value with the discounts gathered so far: they are 0 after a termination (d = 0) and not
+after a truncation (a time limit, d = 1), whose return goes on beyond the cut. Zeroing
+the reset's discount instead, as rlax's n-step functions need, drops the bootstrap of
+the n - 1 transitions before every time limit: their targets become the few rewards
+left, the same states elsewhere are worth the whole horizon, and a CartPole agent that
+reaches the time limit regularly is pulled back down from it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import rlax
+
+
+def _padded(x: jax.Array, n: int, value) -> jax.Array:
+  return jnp.concatenate([x, jnp.full((n,) + x.shape[1:], value, x.dtype)])
+
+
+def n_step_returns(reward: jax.Array, discount: jax.Array, bootstrap: jax.Array,
+                   cut: jax.Array, n: int) -> jax.Array:
+  """Returns [T, ...] of the T transitions of a sequence:
+
+      G_t = sum_{k<m} (prod_{j<k} discount[t+j]) reward[t+k]
+            + (prod_{j<m} discount[t+j]) bootstrap[t+m]
+
+  where m = min(n, T - t, the first k >= 1 with cut[t+k]): at most n steps, never past
+  the sequence's end or a reset. `reward`, `discount`, `cut` are [T, ...] per transition,
+  `bootstrap` is [T + 1, ...], a value for every step.
+  """
+  length = reward.shape[0]
+  reward, discount = _padded(reward, n, 0), _padded(discount, n, 0)
+  cut, bootstrap = _padded(cut.astype(bool), n, True), _padded(bootstrap, n - 1, 0)
+  window = lambda x, k: x[k:k + length]
+  total = jnp.zeros_like(reward[:length])
+  scale = jnp.ones_like(total)
+  going = jnp.ones(total.shape, bool)
+  for k in range(n):
+    if k:
+      stop = going & window(cut, k)
+      total = total + jnp.where(stop, scale * window(bootstrap, k), 0.0)
+      going = going & ~stop
+    total = total + jnp.where(going, scale * window(reward, k), 0.0)
+    scale = jnp.where(going, scale * window(discount, k), scale)
+  return total + jnp.where(going, scale * window(bootstrap, n), 0.0)
+
+
+def n_step_double_q_td(q: jax.Array, target_q: jax.Array, action: jax.Array,
+                       reward: jax.Array, discount: jax.Array, n: int,
+                       tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR,
+                       cut: Optional[jax.Array] = None) -> jax.Array:
+  """TD errors [S-1, B] of n-step double Q-learning on [S, B] sequences:
+
+      h(G_t) - q[t, action[t]],  G_t = n_step_returns(reward, discount, b, cut, n),
+      b[s] = h^-1(target_q[s, argmax_a q[s, a]])
+
+  The online network picks the bootstrap action, the target network values it; h is
+  `tx_pair` (R2D2's value rescaling). `reward`, `discount`, `cut` are [S-1, B] per
+  transition; without `cut` only the sequence's end stops a return.
+  """
+  greedy = jnp.argmax(q, axis=-1)
+  bootstrap = tx_pair.apply_inv(jnp.take_along_axis(target_q, greedy[..., None], -1)[..., 0])
+  if cut is None:
+    cut = jnp.zeros(reward.shape, bool)
+  returns = n_step_returns(reward, discount, bootstrap, cut, n)
+  target = jax.lax.stop_gradient(tx_pair.apply(returns))
+  q_taken = jnp.take_along_axis(q[:-1], action[:-1, ..., None], -1)[..., 0]
+  return target - q_taken
