@@ -25,7 +25,7 @@ from typing import Any, Dict, Mapping, Optional, TextIO
 import numpy as np
 
 from podracer import checkpoint, compose, contracts, distributed, evaluation, guards, registry
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, DiskError
 from podracer.metrics import LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
 
@@ -70,6 +70,9 @@ class Experiment:
                   evaluation=evaluation.for_run(self.config, self.runtime))
     try:
       self.runtime.run(watched, **{k: v for k, v in extras.items() if v is not None})
+    except DiskError:
+      logger.disk_failed = True  # The disk is full or failing: write nothing more.
+      raise
     finally:
       logger.close(title=_title(self.config))
       if checkpointer:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import shutil
 import sys
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -36,10 +37,11 @@ from typing import Any, Dict, Optional, Tuple
 import jax
 import numpy as np
 
-from podracer import distributed
+from podracer import disk, distributed
 from podracer.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
+TMP_MARK = ".orbax-checkpoint-tmp"  # in the names of orbax's checkpoints being written
 
 
 def for_run(config: Any, runtime: Any, workdir: Optional[str],
@@ -102,6 +104,23 @@ class _SkippedCheckpointReads(logging.Filter):
                 and self.directory in record.getMessage())
 
 
+class _DiskFailureReports(logging.Filter):
+  """Drops the reports (with tracebacks) that orbax's threads log of a write the disk
+  refused: the run stops with one DiskError paragraph saying it (podracer/disk.py)."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return disk.disk_cause(error) is None and disk.disk_cause(
+        Exception(record.getMessage())) is None
+
+
+def _quiet_disk_failure_reports() -> None:
+  for name in ("absl", "asyncio"):
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, _DiskFailureReports) for f in logger.filters):
+      logger.addFilter(_DiskFailureReports())
+
+
 class Checkpointer:
   """Saves every `interval` seconds (and when asked); restores the latest."""
 
@@ -109,6 +128,7 @@ class Checkpointer:
                stream=sys.stderr):
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
     quiet_closed_event_loops()
+    _quiet_disk_failure_reports()
     self._ocp, self._stream = ocp, stream
     self._usable: Optional[Tuple[int, Dict[str, Any], Dict[str, np.ndarray]]] = None
     self._good: set = set()  # steps this run saved or resumed from
@@ -181,6 +201,19 @@ class Checkpointer:
     self.saved_step, self.saved_env_steps = step, counters.get("env_steps")
 
   def _save(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
+    with disk.writing(f"checkpoint {step}", self.directory, cleanup=self._remove_partial):
+      self._write(step, state, num_records, counters)
+
+  def _remove_partial(self) -> None:
+    """Removes what a failed save left: orbax's temporary directories (a complete
+    checkpoint is renamed from one), so a relaunch resumes from the last whole one."""
+    if not os.path.isdir(self.directory):
+      return
+    for name in os.listdir(self.directory):
+      if TMP_MARK in name:
+        shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+
+  def _write(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
     self._manager.save(step, args=self._ocp.args.Composite(
         state=self._ocp.args.StandardSave(_host_leaves(state)),
         meta=self._ocp.args.JsonSave(dict(counters, step=step, records=num_records))))

@@ -42,3 +42,9 @@ class ReplayUnavailableError(RuntimeError):
 
   The message names the server's address; runtimes stop the run instead of retrying.
   """
+
+
+class DiskError(RuntimeError):
+  """Writing one of the run's files failed because of its disk: full, over quota,
+  read-only or failing (podracer/disk.py). The message names what was being written,
+  where, and the free space there; the launcher prints it and exits with status 1."""

@@ -32,8 +32,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_dict, config_flags
 
-from podracer import distributed, preemption, validation
-from podracer.errors import ConfigError, EnvironmentWorkerError, NonFiniteError, ThreadFailure
+from podracer import disk, distributed, preemption, validation
+from podracer.errors import (ConfigError, DiskError, EnvironmentWorkerError, NonFiniteError,
+                             ThreadFailure)
 from podracer.metrics import METRICS_FILE
 from podracer.workdir import CONFIG_FILE, held as hold_workdir, prepare as prepare_workdir
 
@@ -99,7 +100,8 @@ def _run_in(config, workdir, stream, fresh, main):
   if not main:  # Process 0 writes the run's files; this one only its own log.
     stream, workdir = distributed.open_log(workdir, stream), None
   elif workdir:
-    with open(os.path.join(workdir, CONFIG_FILE), "w") as f:
+    path = os.path.join(workdir, CONFIG_FILE)
+    with disk.writing("config", path), open(path, "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
   try:
     summary = experiment.run(workdir=workdir, stream=stream)
@@ -272,7 +274,7 @@ def main(argv):
     if _DEBUG.value:
       raise
     _fail(str(e))
-  except (NonFiniteError, EnvironmentWorkerError) as e:
+  except (NonFiniteError, EnvironmentWorkerError, DiskError) as e:
     sys.stderr.write(f"Run stopped: {e}\n")
     sys.exit(EXIT_THREAD_FAILURE)
   except ThreadFailure as e:

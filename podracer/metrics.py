@@ -4,6 +4,7 @@ fill records with (replay rates, device counters)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -13,7 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
-from podracer import tensorboard
+from podracer import disk, tensorboard
+from podracer.errors import DiskError
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "learning_curve.png"
@@ -61,6 +63,7 @@ class MetricsLogger:
     self._progress_checked = tuple(progress_metrics) == PROGRESS_METRICS
     self._file = None
     self._tensorboard = None
+    self.disk_failed = False  # A write failed because of the disk (see `_write_files`).
     if workdir:
       os.makedirs(workdir, exist_ok=True)
       path = os.path.join(workdir, METRICS_FILE)
@@ -79,11 +82,7 @@ class MetricsLogger:
     if compile_step:
       record["includes_compilation"] = True
     self.records.append(record)
-    if self._file:
-      self._file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
-      self._file.flush()
-    if self._tensorboard:
-      self._tensorboard.write(record)
+    self._write_files(record)
     if (self.stop_at_return is not None and not self.target_reached
         and record.get("episode_return", -math.inf) >= self.stop_at_return):
       self.target_reached = True
@@ -102,6 +101,37 @@ class MetricsLogger:
       self._last_print = now
       self.stream.write(self.format(record) + "\n")
       self.stream.flush()
+
+  def _write_files(self, record: Dict[str, Any]) -> None:
+    """Appends the record to metrics.jsonl and the event files. After a disk failure
+    (a DiskError, raised once) the files are left as they were: nothing more is written
+    to them, and `close` neither flushes them nor plots."""
+    if not self.workdir or self.disk_failed:
+      return
+    path = os.path.join(self.workdir, METRICS_FILE)
+    try:
+      with disk.writing("metrics", path, cleanup=self._drop_partial_line(path)):
+        self._file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
+        self._file.flush()
+      if self._tensorboard:
+        with disk.writing("TensorBoard event files", self.workdir):
+          self._tensorboard.write(record)
+    except DiskError:
+      self.disk_failed = True
+      raise
+
+  def _drop_partial_line(self, path: str):
+    """What undoes a record the disk took only part of: the file cut back to its size
+    before it (every record flushed is whole), so metrics.jsonl stays readable."""
+    size = os.path.getsize(path)
+
+    def cut():
+      with contextlib.suppress(Exception):
+        self._file.close()
+      self._file = None
+      with contextlib.suppress(OSError):
+        os.truncate(path, size)
+    return cut
 
   def format(self, record: Dict[str, Any]) -> str:
     steps = f"{record['env_steps']:,}"
@@ -150,15 +180,26 @@ class MetricsLogger:
 
   def close(self, title: str = "") -> Optional[str]:
     """Closes the file and plots the learning curve into the workdir; returns its path."""
-    if self._file:
-      self._file.close()
-      self._file = None
-    if self._tensorboard:
-      self._tensorboard.close()
-      self._tensorboard = None
-    if not self.workdir or not self.records:  # No plot rather than a blank one.
+    files, self._file, self._tensorboard = (self._file, self._tensorboard), None, None
+    if self.disk_failed:  # Said once already; closing flushes into the same full disk.
+      for f in files:
+        with contextlib.suppress(Exception):
+          if f is not None:
+            f.close()
       return None
-    return plot_learning_curve(self.records, os.path.join(self.workdir, PLOT_FILE), title)
+    try:
+      with disk.writing("metrics", os.path.join(self.workdir or ".", METRICS_FILE)):
+        for f in files:
+          if f is not None:
+            f.close()
+      if not self.workdir or not self.records:  # No plot rather than a blank one.
+        return None
+      path = os.path.join(self.workdir, PLOT_FILE)
+      with disk.writing("learning-curve plot", path):
+        return plot_learning_curve(self.records, path, title)
+    except DiskError:
+      self.disk_failed = True
+      raise
 
 
 def episode_sums(stats: Any, xp: Any = np) -> Any:

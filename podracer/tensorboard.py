@@ -16,11 +16,38 @@ import math
 import os
 import struct
 import sys
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 EVENTS_PREFIX = "events.out.tfevents."
 FLUSH_SECONDS = 5  # How stale a live TensorBoard view of a run may be.
+# tensorboardX writes from a thread of its own, through a queue of this many events that
+# blocks when full: so large that a dead writer thread cannot block the run before the
+# next `write` notices it died.
+MAX_QUEUE = 1_000_000
+_thread_failures: List[BaseException] = []  # what tensorboardX's writer threads raised
+
+
+def _catch_writer_thread_failures() -> None:
+  """Keeps what tensorboardX's writer thread raises (a full disk) for the run's thread to
+  raise at its next write, rather than printing a traceback and dying unnoticed."""
+  if getattr(threading.excepthook, "podracer_tensorboard", False):
+    return
+  previous = threading.excepthook
+
+  def hook(args):
+    if args.thread is not None and type(args.thread).__module__.startswith("tensorboardX"):
+      _thread_failures.append(args.exc_value)
+    else:
+      previous(args)
+  hook.podracer_tensorboard = True
+  threading.excepthook = hook
+
+
+def _raise_thread_failure() -> None:
+  if _thread_failures:
+    raise _thread_failures[0]
 
 
 class TensorBoardWriter:
@@ -30,10 +57,14 @@ class TensorBoardWriter:
     from tensorboardX import SummaryWriter  # Lazy: only runs with a workdir import it.
     # Names are per second; the suffix keeps a resumed run's file apart from those it
     # replaces, even within one second of them.
+    _catch_writer_thread_failures()
+    _thread_failures.clear()
     self._writer = SummaryWriter(logdir=logdir, flush_secs=FLUSH_SECONDS,
+                                 max_queue=MAX_QUEUE,
                                  filename_suffix=f".{os.getpid()}.{time.time_ns()}")
 
   def write(self, record: Dict[str, Any]) -> None:
+    _raise_thread_failure()
     step = int(record["env_steps"])
     for name, value in record.items():
       # Non-finite values (null in metrics.jsonl) are left out: TensorBoard cannot plot
@@ -44,9 +75,20 @@ class TensorBoardWriter:
 
   def flush(self) -> None:
     self._writer.flush()
+    _raise_thread_failure()
 
   def close(self) -> None:
-    self._writer.close()
+    try:
+      self._writer.close()
+    except Exception:
+      # A full disk refused the last flush: mark tensorboardX's files closed, or its
+      # exit hook flushes into the same disk again and prints the traceback.
+      for file_writer in getattr(self._writer, "all_writers", {}).values():
+        event_writer = getattr(file_writer, "event_writer", None)
+        if event_writer is not None and hasattr(event_writer, "_closed"):
+          event_writer._closed = True  # pylint: disable=protected-access
+      raise
+    _raise_thread_failure()
 
 
 def open_writer(logdir: str, stream=sys.stderr,

@@ -21,7 +21,9 @@ class ThreadGroup:
   def __init__(self):
     self.stop = threading.Event()
     self.failures: List[str] = []
-    self.config_errors: List[BaseException] = []  # a ConfigError met only when traced
+    # Errors the launcher reports in one paragraph, not as a crash: a ConfigError met
+    # only when traced, a DiskError (the workdir's disk is full or failing).
+    self.user_errors: List[BaseException] = []
     self.threads: List[threading.Thread] = []
 
   def spawn(self, name: str, fn: Callable[..., Any], *args: Any) -> threading.Thread:
@@ -29,9 +31,9 @@ class ThreadGroup:
       try:
         fn(*args)
       except BaseException as e:  # noqa: B902 -- any failure must stop the whole run.
-        from podracer.errors import ConfigError  # pylint: disable=import-outside-toplevel
-        if isinstance(e, ConfigError):
-          self.config_errors.append(e)
+        from podracer.errors import ConfigError, DiskError  # pylint: disable=import-outside-toplevel
+        if isinstance(e, (ConfigError, DiskError)):
+          self.user_errors.append(e)
         self.failures.append(f"{name} failed:\n{traceback.format_exc()}")
         self.stop.set()
 
@@ -47,8 +49,8 @@ class ThreadGroup:
     deadline = time.monotonic() + timeout
     for t in self.threads:
       t.join(timeout=max(0.0, deadline - time.monotonic()))
-    if self.config_errors:  # Bad input, not a crash: the launcher exits 2 with it.
-      raise self.config_errors[0]
+    if self.user_errors:  # Bad input or a full disk, not a crash: said in a paragraph.
+      raise self.user_errors[0]
     if self.failures:
       raise ThreadFailure("\n".join(self.failures))
     alive = [t.name for t in self.threads if t.is_alive()]
