@@ -61,6 +61,7 @@ class MetricsLogger:
     self._last_print = -math.inf
     # Names a config chose that the first learner record lacks are said once.
     self._progress_checked = tuple(progress_metrics) == PROGRESS_METRICS
+    self._warm_up_unchecked = True  # whether the replay can reach min_size: said once
     self._file = None
     self._tensorboard = None
     self.disk_failed = False  # A write failed because of the disk (see `_write_files`).
@@ -90,6 +91,8 @@ class MetricsLogger:
     now = time.perf_counter()
     done = (self.target_reached or self.total_env_steps is not None
             and record["env_steps"] >= self.total_env_steps)
+    if self._warm_up_unchecked and record.get("learning_started") is False:
+      self._check_warm_up(record)
     if not self._progress_checked and "loss" in record:
       self._progress_checked = True
       missing = [k for k in self.progress_metrics if k not in record]
@@ -101,6 +104,23 @@ class MetricsLogger:
       self._last_print = now
       self.stream.write(self.format(record) + "\n")
       self.stream.flush()
+
+  def _check_warm_up(self, record: Dict[str, Any]) -> None:
+    """Says, at the first warm-up record, when the replay fills too slowly to reach its
+    min_size within the run: learning would never start."""
+    size, needed = record.get("replay_size"), record.get("replay_min_size")
+    steps, total = record.get("env_steps"), self.total_env_steps
+    if not (size and needed and steps and total):
+      return  # Nothing inserted yet: the next warm-up record tells.
+    self._warm_up_unchecked = False
+    # At most: Anakin's replay_size is a mean over its first call, about half its end.
+    projected = 2 * size * total / steps
+    if projected < needed and self.stream:
+      self.stream.write(
+          f"Warning: replay.min_size={needed:,} items will not be reached: the replay "
+          f"holds {size:,.0f} after {steps:,} env steps, so at most about {projected:,.0f} "
+          f"after total_env_steps={total:,}, and learning would not start; lower "
+          "replay.min_size or raise total_env_steps.\n")
 
   def _write_files(self, record: Dict[str, Any]) -> None:
     """Appends the record to metrics.jsonl and the event files. After a disk failure

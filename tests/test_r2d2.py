@@ -1,5 +1,7 @@
 """R2D2: its pieces against hand-computed values, trajectory overlap, and learning."""
 
+import io
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -173,6 +175,30 @@ def test_r2d2_catch_anakin_holds_0_9_over_the_last_fifth_of_300k_steps():
   tail = returns[int(len(returns) * 0.8):]
   assert np.mean(tail) >= 0.9, f"mean return over the last 20% {np.mean(tail):.3f} < 0.9"
   assert all(r["replay_size"] <= config.replay.max_size for r in summary["records"])
+
+
+def test_anakin_says_while_the_device_replay_warms_up_and_when_it_never_would():
+  config = _catch(1)
+  config.replay.min_size = 7_900  # 8 steps a sequence: about 1,000 in 8,192 env steps
+  config.total_env_steps = 8_192
+  out = io.StringIO()
+  summary = builder.build(config).run(stream=out)
+  records = summary["records"]
+  assert records and all(r["learning_started"] is False and r["learning"] == 0
+                         and r["replay_min_size"] == 7_900 for r in records)
+  assert summary["learning_started"] is False and summary["replay_size"] < 7_900
+  said = out.getvalue()
+  assert "Warning: replay.min_size=7,900 items will not be reached" in said
+  assert "warming up replay " in said and "/7,900" in said
+
+  config = _catch(1)  # 512 sequences a call: reached in the second, said of none after
+  config.replay.min_size = 1_000
+  config.total_env_steps = 16_384
+  out = io.StringIO()
+  records = builder.build(config).run(stream=out)["records"]
+  assert records[0]["learning_started"] is False
+  assert all("learning_started" not in r for r in records[1:]) and records[-1]["learning"] > 0
+  assert "will not be reached" not in out.getvalue()
 
 
 def _catch(num_devices):

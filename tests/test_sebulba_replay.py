@@ -153,5 +153,6 @@ def test_a_run_ending_in_warm_up_exits_0_with_one_line_saying_how_far_the_replay
   assert "warming up replay" in result.stdout
   assert "the run ended before learning started: its replay held " in result.stdout
   assert "of the 4,000 items (`replay.min_size`)" in result.stdout
+  assert "Warning: replay.min_size=4,000 items will not be reached" in result.stdout
   lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
   assert lines and all('"learning_started": false' in line for line in lines)

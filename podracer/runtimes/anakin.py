@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +59,17 @@ class AnakinOptions:
     steps_per_update = topology.num_replicas * self.num_envs_per_device * self.rollout_length
     return plan_calls(steps_per_update * self.updates_per_call, self.updates_per_call,
                       total_env_steps)
+
+
+def warming_up(record: Dict[str, Any], replay: Any) -> Dict[str, Any]:
+  """Fields of a record of a call that learned nothing while its replay held fewer than
+  `replay.min_size` items: `learning_started: false` and the min size, as Sebulba's
+  warm-up records say (the progress line reads `warming up replay N/M`)."""
+  min_size = getattr(replay, "min_size", None)
+  if (min_size and record.get("learning") == 0
+      and record.get("replay_size", min_size) < min_size):
+    return dict(learning_started=False, replay_min_size=min_size)
+  return {}
 
 
 @registry.runtimes.register("anakin")
@@ -249,6 +260,7 @@ class Anakin(Runtime):
             record["eval_return"] = evaluate(state, env_steps)
           if meter:
             record.update(meter.rates(*device_counts(replay, state.agent.experience)))
+          record.update(warming_up(record, replay))
           logger.write(record, compile_step=(call == first_call))
           done = call + 1
           if checkpointer is not None:
