@@ -37,6 +37,9 @@ from podracer.types import REPLICA_AXIS, PyTree, replica_mean
 LearnerState = Tuple[PyTree, PyTree, PyTree]  # nets, opt, experience: [L, ...] each
 
 
+WARM_UP_POLL = 0.01  # seconds between a warming-up learner's counts of the actors' steps
+
+
 class Step(NamedTuple):
   inputs: Any           # what the source's `learn` takes; None: nothing yet, poll again
   batches: List[Batch]  # actor batches that arrived (env steps, episodes, lag, timings)
@@ -110,8 +113,10 @@ class FromReplay:
       self.warming_up = self.replay.info()["replay_size"] < self.replay.min_size
     if self.warming_up:
       # Count the actors' steps as they come (records, the step budget) rather than
-      # wait out the replay's sampling timeout.
-      stop.wait(threads.POLL)
+      # wait out the replay's sampling timeout; often, for nothing but the learner holds
+      # the actors to the budget while the replay fills (at 0.1 s, runs of a few
+      # thousand env steps overshot by 80 %).
+      stop.wait(WARM_UP_POLL)
       return Step(None, arrived + threads.drain(self.batches))
     n = len(self.learners)
     try:
