@@ -208,7 +208,7 @@ class MetricsLogger:
             f.close()
       return None
     try:
-      with disk.writing("metrics", os.path.join(self.workdir or ".", METRICS_FILE)):
+      with disk.writing("metrics and event files", self.workdir or "."):
         for f in files:
           if f is not None:
             f.close()
