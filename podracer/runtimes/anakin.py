@@ -226,6 +226,15 @@ class Anakin(Runtime):
     return lambda state, env_steps: float(play(
         jax.tree.map(lambda x: x[0], state.agent.nets), evaluation.key(env_steps)))
 
+  def _resume(self, state: AnakinState, checkpointer: Optional[Any]):
+    """(state, first call): the latest checkpoint's, if any, else `state` and 0."""
+    if checkpointer is None or checkpointer.latest() is None:
+      return state, 0
+    state, first_call = checkpointer.restore(state)
+    # Placed as `init` places it (same axis name), so the step does not compile again.
+    return jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
+                    devices=self.pmap_devices)(state), first_call
+
   def run(self, logger, state: Optional[AnakinState] = None,
           checkpointer: Optional[Any] = None, evaluation: Optional[Any] = None
           ) -> AnakinState:
@@ -234,12 +243,7 @@ class Anakin(Runtime):
     with an `evaluation` (podracer/evaluation.py), adds `eval_return` to records."""
     state = self.init() if state is None else state
     evaluate = self._evaluator(evaluation) if evaluation is not None else None
-    first_call = 0
-    if checkpointer is not None and checkpointer.latest() is not None:
-      state, first_call = checkpointer.restore(state)
-      # Placed as `init` places it (same axis name), so the step does not compile again.
-      state = jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
-                       devices=self.pmap_devices)(state)
+    state, first_call = self._resume(state, checkpointer)
     replay = self.agent.replay
     counts = device_counts(replay, state.agent.experience)
     meter = RateMeter(*counts) if counts else None
