@@ -24,7 +24,8 @@ import rlax
 
 from podracer import registry
 from podracer.agent import Agent
-from podracer.components.losses import n_step_double_q_td
+from podracer.components.losses import n_step_double_q_targets
+from podracer.components.losses.q_learning import taken
 from podracer.components.networks import RecurrentQNetwork
 from podracer.components.replay import importance_weights
 from podracer.learning import Objective, gradient_step, periodic_update
@@ -237,13 +238,13 @@ class R2D2(Agent):
     reward = timestep.reward[burn:][1:]
     discount = self.discount * timestep.discount[burn:][1:]
 
-    td = n_step_double_q_td(q, target_q, action[burn:], reward, discount, self.n_step,
-                            self.tx_pair, cut=cut)
+    target = n_step_double_q_targets(q, target_q, reward, discount, self.n_step,
+                                     self.tx_pair, cut=cut)
     # Learned steps: the first T transitions; later ones lack full n-step targets.
-    learned = td.shape[0] - (self.n_step - 1)
-    td, mask = td[:learned], not_reset[:learned]
+    learned = target.shape[0] - (self.n_step - 1)
+    target, mask = target[:learned], not_reset[:learned]
+    td = target - taken(q[:learned], action[burn:][:learned])
     loss = jnp.sum(weights[None] * 0.5 * jnp.square(td) * mask) / jnp.maximum(
         jnp.sum(mask), 1.0)
-    q_taken = jnp.take_along_axis(q[:learned], action[burn:][:learned, ..., None], -1)[..., 0]
-    return loss, dict(abs_td=jnp.abs(td), mask=mask, q=q[:learned], target=td + q_taken)
+    return loss, dict(abs_td=jnp.abs(td), mask=mask, q=q[:learned], target=target)
 

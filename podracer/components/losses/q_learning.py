@@ -53,13 +53,13 @@ def n_step_returns(reward: jax.Array, discount: jax.Array, bootstrap: jax.Array,
   return total + jnp.where(going, scale * window(bootstrap, n), 0.0)
 
 
-def n_step_double_q_td(q: jax.Array, target_q: jax.Array, action: jax.Array,
-                       reward: jax.Array, discount: jax.Array, n: int,
-                       tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR,
-                       cut: Optional[jax.Array] = None) -> jax.Array:
-  """TD errors [S-1, B] of n-step double Q-learning on [S, B] sequences:
+def n_step_double_q_targets(q: jax.Array, target_q: jax.Array, reward: jax.Array,
+                            discount: jax.Array, n: int,
+                            tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR,
+                            cut: Optional[jax.Array] = None) -> jax.Array:
+  """Targets [S-1, B] of n-step double Q-learning on [S, B] sequences (no gradient):
 
-      h(G_t) - q[t, action[t]],  G_t = n_step_returns(reward, discount, b, cut, n),
+      h(G_t),  G_t = n_step_returns(reward, discount, b, cut, n),
       b[s] = h^-1(target_q[s, argmax_a q[s, a]])
 
   The online network picks the bootstrap action, the target network values it; h is
@@ -71,6 +71,18 @@ def n_step_double_q_td(q: jax.Array, target_q: jax.Array, action: jax.Array,
   if cut is None:
     cut = jnp.zeros(reward.shape, bool)
   returns = n_step_returns(reward, discount, bootstrap, cut, n)
-  target = jax.lax.stop_gradient(tx_pair.apply(returns))
-  q_taken = jnp.take_along_axis(q[:-1], action[:-1, ..., None], -1)[..., 0]
-  return target - q_taken
+  return jax.lax.stop_gradient(tx_pair.apply(returns))
+
+
+def n_step_double_q_td(q: jax.Array, target_q: jax.Array, action: jax.Array,
+                       reward: jax.Array, discount: jax.Array, n: int,
+                       tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR,
+                       cut: Optional[jax.Array] = None) -> jax.Array:
+  """TD errors [S-1, B]: `n_step_double_q_targets` - q[t, action[t]]."""
+  target = n_step_double_q_targets(q, target_q, reward, discount, n, tx_pair, cut)
+  return target - taken(q[:-1], action[:-1])
+
+
+def taken(q: jax.Array, action: jax.Array) -> jax.Array:
+  """q[..., action]: the values of the actions taken."""
+  return jnp.take_along_axis(q, action[..., None], -1)[..., 0]
