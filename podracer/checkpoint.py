@@ -110,8 +110,7 @@ class _DiskFailureReports(logging.Filter):
 
   def filter(self, record: logging.LogRecord) -> bool:
     error = record.exc_info[1] if record.exc_info else None
-    return disk.disk_cause(error) is None and disk.disk_cause(
-        Exception(record.getMessage())) is None
+    return disk.disk_cause(error) is None and disk.reason_in(record.getMessage()) is None
 
 
 def _quiet_disk_failure_reports() -> None:

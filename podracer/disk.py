@@ -28,20 +28,26 @@ def disk_cause(error: Optional[BaseException]) -> Optional[str]:
     seen.add(id(error))
     if isinstance(error, OSError) and error.errno in DISK_ERRNOS:
       return os.strerror(error.errno)
-    text = str(error)
-    for reason in _STRERRORS:
-      if reason in text:
-        return reason
+    reason = reason_in(str(error))
+    if reason is not None:
+      return reason
     error = error.__cause__ or error.__context__
   return None
 
 
+def reason_in(text: str) -> Optional[str]:
+  """The disk's reason if `text` (a message, a log line) names one, else None."""
+  return next((reason for reason in _STRERRORS if reason in text), None)
+
+
 def _size(num_bytes: float) -> str:
-  for unit in ("bytes", "KB", "MB", "GB"):
-    if num_bytes < 1024 or unit == "GB":
-      return f"{num_bytes:,.0f} {unit}" if unit == "bytes" else f"{num_bytes:,.1f} {unit}"
+  if num_bytes < 1024:
+    return f"{num_bytes:,.0f} bytes"
+  for unit in ("KB", "MB"):
     num_bytes /= 1024
-  return ""
+    if num_bytes < 1024:
+      return f"{num_bytes:,.1f} {unit}"
+  return f"{num_bytes / 1024:,.1f} GB"
 
 
 def free_space(path: str) -> str:
@@ -56,11 +62,12 @@ def free_space(path: str) -> str:
   return f"{_size(usage.free)} free of {_size(usage.total)}"
 
 
-def message(what: str, path: str, reason: str) -> str:
+def message(what: str, path: str, reason: str, cleaned: bool = False) -> str:
+  removed = " (what it had written is removed)" if cleaned else ""
   return (f"Could not write the {what} to {path}: {reason} ({free_space(path)} on that "
-          "filesystem). Everything written before is intact and a partial checkpoint is "
-          "removed; free some space (or point --workdir elsewhere) and relaunch into the "
-          "same workdir to resume from its last complete checkpoint.")
+          f"filesystem). Everything written before is intact{removed}; free some space "
+          "(or point --workdir elsewhere) and relaunch into the same workdir to resume "
+          "from its last complete checkpoint.")
 
 
 @contextlib.contextmanager
@@ -77,4 +84,4 @@ def writing(what: str, path: str,
       raise
     if cleanup is not None:
       cleanup()
-    raise DiskError(message(what, path, reason)) from e
+    raise DiskError(message(what, path, reason, cleaned=cleanup is not None)) from e
