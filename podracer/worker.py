@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, List, Optional, Sequence
 
@@ -31,6 +32,9 @@ import numpy as np  # noqa: E402
 
 from podracer import __version__, transport  # noqa: E402
 from podracer.transport import TransportError  # noqa: E402
+
+
+CLOSE_S = 5.0  # How long a finished worker waits for its environment to close.
 
 
 class Refused(Exception):
@@ -126,8 +130,19 @@ def run_worker(address: str, kind: str, connect_timeout: float) -> int:
     return 1
   finally:
     if env is not None:
-      env.close()
+      _close_within(env, CLOSE_S)
     conn.close()
+
+
+def _close_within(env: Any, seconds: float) -> None:
+  """Closes the environment, waiting at most `seconds`: a worker whose run has ended
+  must not hang in an environment's shutdown (the process exits regardless, `main`)."""
+  closing = threading.Thread(target=env.close, name="env-close", daemon=True)
+  closing.start()
+  closing.join(seconds)
+  if closing.is_alive():
+    print(f"the environment did not close within {seconds:.0f} s; exiting anyway",
+          file=sys.stderr)
 
 
 def _loop(conn: Any, env: Any, timestep: Any, layout: transport.Layout,
@@ -194,4 +209,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  exit_status = main()
+  # Nothing is left to keep: skip the interpreter's shutdown, where an environment's or
+  # gRPC's threads could keep a finished worker process alive.
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(exit_status)

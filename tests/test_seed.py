@@ -395,9 +395,30 @@ def run_in_process(config, workdir=None):
   return logger.records
 
 
-def worker_processes():
+_EARLIER_WORKERS = set()  # Worker processes that were alive before the running test.
+
+
+def _all_worker_processes():
   out = subprocess.run(["pgrep", "-f", "podracer.worker"], capture_output=True, text=True)
   return [int(p) for p in out.stdout.split()]
+
+
+def worker_processes():
+  """The worker processes the running test started and that are still alive."""
+  return [p for p in _all_worker_processes() if p not in _EARLIER_WORKERS]
+
+
+@pytest.fixture(autouse=True)
+def _kill_stray_workers():
+  """A failing test's workers are killed after it, so they cannot fail the next."""
+  _EARLIER_WORKERS.clear()
+  _EARLIER_WORKERS.update(_all_worker_processes())
+  yield
+  for pid in worker_processes():
+    try:
+      os.kill(pid, signal.SIGKILL)
+    except OSError:
+      pass
 
 
 @pytest.mark.default_lane_only
@@ -485,18 +506,20 @@ def test_workers_started_by_hand_join_a_run_and_exit_0_when_it_ends(tmp_path):
        f"--config.runtime.address=127.0.0.2:{port}", "--config.total_env_steps=100000",
        f"--workdir={tmp_path}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True)
-  workers = subprocess.Popen(
-      [sys.executable, "-m", "podracer.worker", f"--server=127.0.0.2:{port}",
-       "--num_workers=2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True)
+  log = tmp_path / "workers.log"  # A file, not a pipe that nobody reads while the run runs.
+  with open(log, "w") as out:
+    workers = subprocess.Popen(
+        [sys.executable, "-m", "podracer.worker", f"--server=127.0.0.2:{port}",
+         "--num_workers=2"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
   _, stderr = run.communicate(timeout=240)
-  ended = time.monotonic()
   assert run.returncode == 0, stderr
   assert f"--server=127.0.0.2:{port}" in stderr
   assert (tmp_path / "seed_address").read_text().strip() == f"127.0.0.2:{port}"
-  workers.communicate(timeout=30)
-  assert workers.returncode == 0
-  assert time.monotonic() - ended < 10
+  try:
+    workers.wait(timeout=10)
+  except subprocess.TimeoutExpired:
+    pytest.fail(f"the workers outlived the run by 10 s; they said: {log.read_text()}")
+  assert workers.returncode == 0, log.read_text()
   records = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert records[-1]["env_steps"] >= 100_000
 
