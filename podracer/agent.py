@@ -108,6 +108,13 @@ class Agent(abc.ABC):
     del key, num_envs
     return ()
 
+  def actor_metrics(self, actor_state: PyTree) -> Dict[str, jax.Array]:
+    """Scalars of the actors' state for the records ({name: value}), read by the runtime
+    where the actors run, once a trajectory (e.g. R2D2's `epsilon_mean`); none by
+    default. A pure function of one actor's state ([B, ...] leaves)."""
+    del actor_state
+    return {}
+
   def init_experience(self, trajectory_spec: Trajectory) -> PyTree:
     """Experience state, given the shapes of one trajectory ([T+K, B, ...]).
 

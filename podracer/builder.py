@@ -55,12 +55,12 @@ class Experiment:
     # Kept so that a launcher can still report a run that a signal stopped.
     taking_part = dict(num_processes=distributed.process_count(),
                        num_devices=distributed.devices_taking_part(self.runtime.topology))
-    self.logger = logger = MetricsLogger(workdir, stream=stream, print_interval=print_interval,
-                                         total_env_steps=self.plan.total_env_steps,
-                                         stop_at_return=self.config.get("stop_at_return"),
-                                         resume_records=resumed, context=taking_part,
-                                         rates_per_env_step=getattr(self.agent, "rates_per_env_step", None),
-                                         **_log_options(self.config))
+    self.logger = logger = MetricsLogger(
+        workdir, stream=stream, print_interval=print_interval,
+        total_env_steps=self.plan.total_env_steps,
+        stop_at_return=self.config.get("stop_at_return"), resume_records=resumed,
+        context=taking_part, rates_per_env_step=getattr(self.agent, "rates_per_env_step", None),
+        **_log_options(self.config))
     rounded = self._rounded_budget()
     if rounded and stream:
       stream.write(rounded + "\n")
@@ -89,8 +89,8 @@ class Experiment:
     if planned == requested:
       return None
     return (f"total_env_steps={requested:,} runs {planned:,} env steps: a run takes whole "
-            f"calls (Anakin) or learner batches (Sebulba) of {self.plan.steps_per_call:,} "
-            f"env steps, {self.plan.num_calls:,} here; fewer environments, a shorter "
+            f"calls (Anakin) or learner batches (Sebulba) of {self.plan.env_steps_per_round:,} "
+            f"env steps, {self.plan.num_rounds:,} here; fewer environments, a shorter "
             f"rollout or fewer updates per call make the steps finer.")
 
 
@@ -201,7 +201,7 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
     elif reg is registry.losses and _declares(reg, config[name], "total_steps"):
       # A loss with a schedule: the gradient steps of the optimizer of its role.
       extra["total_steps"] = _optimizer_steps(
-          factory, agent_kwargs, name[:-len("loss")] + "optimizer", total_updates)
+          factory, agent_kwargs, compose.same_role(name, "optimizer"), total_updates)
     injected[name] = registry.build(reg, config[name], key=name, **extra)
   agent_section = dict(config.agent)
   agent = registry.build(registry.agents, agent_section, key="agent", **injected)

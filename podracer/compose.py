@@ -68,6 +68,16 @@ def section_registry(key: str) -> Optional[registry.Registry]:
   return None
 
 
+def same_role(section: str, kind: str) -> str:
+  """The section of `kind` for the role of `section`, by the naming rule above: `loss` ->
+  `optimizer`, `critic_loss` -> `critic_optimizer` (its loss's schedule counts the
+  steps of that optimizer)."""
+  role, _, own_kind = section.rpartition("_")
+  if own_kind not in ROLE_KINDS:
+    raise ValueError(f"`{section}` is not a section of a role's {', '.join(ROLE_KINDS)}.")
+  return f"{role}_{kind}" if role else kind
+
+
 def agent_sections(params: Mapping[str, Any]) -> Dict[str, registry.Registry]:
   """{constructor parameter: registry} for the components an agent's signature names."""
   return {p: section_registry(p) for p in params

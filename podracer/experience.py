@@ -37,7 +37,8 @@ from podracer.types import PyTree
 class Sample(NamedTuple):
   """A batch drawn from a replay, with what prioritized replay's corrections need."""
   items: PyTree              # [batch, ...] the sampled items
-  indices: jax.Array         # [batch] int32: buffer slots (device) / rows of the host batch
+  ids: jax.Array             # [batch] int32: each item's id in the replay that drew it,
+                             # opaque to agents: that replay's `update_priorities` reads it
   probabilities: jax.Array   # [batch] float32: the probability each item was drawn with
   size: jax.Array            # [] int32: items in the replay when the batch was drawn
   priorities: jax.Array      # [batch] float32: new priorities (host kind), else unused
@@ -88,11 +89,11 @@ def sample_for_replicas(items: PyTree, probabilities: Any, size: int,
                         num_replicas: int) -> Sample:
   """A host batch of n * batch items as a `Sample` of [n, batch, ...], one per replica.
 
-  `indices` are the rows of the host batch (to match priorities back to keys) and the
-  priorities start at zero, for `update_priorities` to fill.
+  `ids` are the rows of the host batch (the host replay matches priorities back to its
+  keys by them) and the priorities start at zero, for `update_priorities` to fill.
   """
   count = len(probabilities)
-  sample = Sample(items=items, indices=np.arange(count, dtype=np.int32),
+  sample = Sample(items=items, ids=np.arange(count, dtype=np.int32),
                   probabilities=np.asarray(probabilities, np.float32),
                   size=np.full(count, size, np.int32),
                   priorities=np.zeros(count, np.float32))

@@ -107,9 +107,11 @@ def _run_in(config, workdir, stream, fresh, main):
     summary = experiment.run(workdir=workdir, stream=stream)
   except KeyboardInterrupt as interrupt:
     # The runtime stopped its threads and environments, and the logger wrote the plot.
-    _report(dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt)),
-            workdir, stream)
+    summary = dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt))
     saved = getattr(experiment.checkpointer, "saved_env_steps", None)
+    if saved is not None:  # Past the last record: what the run did, and resumes from.
+      summary["env_steps"] = max(summary.get("env_steps", 0), saved)
+    _report(summary, workdir, stream)
     if saved is not None and stream:
       stream.write(f"saved a checkpoint at env steps {saved:,} in "
                    f"{experiment.checkpointer.directory}; relaunch to resume\n")

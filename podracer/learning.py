@@ -160,6 +160,35 @@ def periodic_update(online: PyTree, target: PyTree, steps: jax.Array, period: in
   return jax.tree.map(lambda o, t: jnp.where(copy, o, t), online, target)
 
 
+class TargetState(NamedTuple):
+  """The learner state of an agent with a target network, in one named place for every
+  such agent (R2D2, MuZero, SAC; Acme's TrainingState): what `init_opt` returns."""
+  optimizer: PyTree     # the objectives' optimizer states (`Agent.init_opt`'s)
+  target: PyTree        # the target network's parameters
+  updates: jax.Array    # [] int32: learner updates so far (what a periodic copy counts)
+
+
+def with_target(optimizer: PyTree, target: PyTree) -> TargetState:
+  """The learner state before any update: `target` starts as a copy of the online net."""
+  return TargetState(optimizer, target, jnp.zeros((), jnp.int32))
+
+
+def update_target(state: TargetState, optimizer: PyTree, online: PyTree, *,
+                  period: Optional[int] = None, tau: Optional[float] = None) -> TargetState:
+  """The learner state after one update: the new `optimizer` state, one more update, and
+  the target either copied from `online` every `period` updates (DQN, R2D2, MuZero) or
+  moved towards it by `tau` at every update (Polyak averaging: SAC)."""
+  if (period is None) == (tau is None):
+    raise ValueError("update_target takes one of `period` (a periodic copy) and `tau` "
+                     "(Polyak averaging).")
+  updates = state.updates + 1
+  if period is not None:
+    target = periodic_update(online, state.target, updates, period)
+  else:
+    target = optax.incremental_update(online, state.target, tau)
+  return TargetState(optimizer, target, updates)
+
+
 def minibatch_epochs(objectives: Sequence[Objective], nets: PyTree, opt_state: Dict[str, PyTree],
                      batch: PyTree, key: jax.Array, *, num_epochs: int, num_minibatches: int
                      ) -> Tuple[PyTree, Dict[str, PyTree], Metrics]:

@@ -79,6 +79,9 @@ class MetricsLogger:
     record = {**self.context, **{k: _plain(v) for k, v in record.items()}}
     if "sps" in record:  # e.g. MuZero's simulations_per_s (Agent.rates_per_env_step)
       record.update({k: record["sps"] * n for k, n in self.rates_per_env_step.items()})
+      if record["sps"] and "replay_samples_per_s" in record:
+        # Items sampled for learning per env step, over the record's window.
+        record["replay_ratio"] = record["replay_samples_per_s"] / record["sps"]
     record["wall_time"] = time.perf_counter() - self._start
     if compile_step:
       record["includes_compilation"] = True

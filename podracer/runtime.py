@@ -21,24 +21,29 @@ from podracer.types import EnvSpec
 
 
 class Plan(NamedTuple):
-  """How a run divides its env steps: a function of the config and topology alone."""
-  steps_per_call: int    # env steps per call (Anakin) or learner batch (Sebulba)
-  num_calls: int         # calls (or batches) in the run
-  updates_per_call: int  # agent updates per call (or batch)
+  """How a run divides its env steps into rounds, from the config, the topology and the
+  number of processes. A round is the unit a runtime repeats, with the same env steps
+  and agent updates each time: one compiled call under Anakin (every environment acts,
+  then `updates_per_call` updates); one learner batch under Sebulba and SEED (the
+  trajectories of one batch, then `updates_per_batch` updates)."""
+  env_steps_per_round: int
+  num_rounds: int
+  updates_per_round: int
 
   @property
   def num_updates(self) -> int:
-    return self.num_calls * self.updates_per_call
+    return self.num_rounds * self.updates_per_round
 
   @property
   def total_env_steps(self) -> int:
-    return self.num_calls * self.steps_per_call
+    return self.num_rounds * self.env_steps_per_round
 
 
-def plan_calls(steps_per_call: int, updates_per_call: int, total_env_steps: int) -> Plan:
-  """Whole calls that cover `total_env_steps` (at least one)."""
-  num_calls = max(1, -(-total_env_steps // steps_per_call))
-  return Plan(steps_per_call, num_calls, updates_per_call)
+def plan_rounds(env_steps_per_round: int, updates_per_round: int,
+                total_env_steps: int) -> Plan:
+  """Whole rounds that cover `total_env_steps` (at least one)."""
+  num_rounds = max(1, -(-total_env_steps // env_steps_per_round))
+  return Plan(env_steps_per_round, num_rounds, updates_per_round)
 
 
 # What a runtime that runs environments of one kind says of an environment of the other

@@ -26,7 +26,7 @@ from tests.test_tensorboard import assert_same, scalars_of
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Times and rates differ between runs; everything else must not.
 UNEQUAL = {"sps", "wall_time", "includes_compilation", "replay_inserts_per_s",
-           "replay_samples_per_s", "sample_to_insert_ratio"}
+           "replay_samples_per_s", "sample_to_insert_ratio", "replay_ratio"}
 
 CASES = {
     # 8 devices x 4 envs x 32 steps x 4 updates = 4,096 env steps a call; 12 calls.
@@ -92,6 +92,11 @@ def test_sigterm_then_relaunch_gives_the_records_of_an_uninterrupted_run(case, t
 def stop_once(process, run_dir, reached, timeout=180):
   """SIGTERMs the launcher `process` once a record is `reached`; the env steps of the
   checkpoint it says it saved."""
+  return stop_and_read(process, run_dir, reached, timeout)[0]
+
+
+def stop_and_read(process, run_dir, reached, timeout=180):
+  """stop_once's env steps, and the `result:` line the launcher printed, as a dict."""
 
   def done():
     try:
@@ -107,8 +112,9 @@ def stop_once(process, run_dir, reached, timeout=180):
   process.send_signal(signal.SIGTERM)
   stdout, stderr = process.communicate(timeout=60)
   assert process.returncode == 143, stderr
-  return int(re.search(r"saved a checkpoint at env steps ([\d,]+)", stdout)[1]
-             .replace(",", ""))
+  saved = int(re.search(r"saved a checkpoint at env steps ([\d,]+)", stdout)[1]
+              .replace(",", ""))
+  return saved, json.loads(re.search(r"^result: (.*)$", stdout, re.M)[1])
 
 
 # PPO learns CartPole in about 40k env steps at this learning rate; a record every second.
@@ -120,7 +126,9 @@ def test_sebulba_resumes_its_learner_and_counters_after_sigterm(tmp_path):
   pytest.importorskip("orbax.checkpoint")
   run_dir = tmp_path / "run"
   first = start(SEBULBA + ["--config.total_env_steps=1000000"], run_dir, devices=1)
-  saved = stop_once(first, run_dir, lambda r: r.get("episode_return", 0) >= 150)
+  saved, result = stop_and_read(first, run_dir, lambda r: r.get("episode_return", 0) >= 150)
+  # The interrupted run's result says what its checkpoint holds, not its last record.
+  assert result["env_steps"] == saved and result["stopped_by"] == "SIGTERM", result
   before = records(run_dir)
   trained = [r["episode_return"] for r in before if "episode_return" in r][-2:]
 
@@ -133,6 +141,9 @@ def test_sebulba_resumes_its_learner_and_counters_after_sigterm(tmp_path):
   resumed = records(run_dir)
   assert resumed[:len(before)] == before  # Appended to the first run's records.
   after = resumed[len(before):]
+  # No null values: records before the restarted environments end an episode carry no
+  # return at all, as at a run's start (docs/runs.md).
+  assert all(v is not None for r in after for v in r.values()), after[:3]
   # The env-step counter goes on from the checkpoint's (one trajectory is 768 steps).
   assert saved < after[0]["env_steps"] <= saved + 3 * 768, (saved, after[0])
   assert [r["env_steps"] for r in after] == sorted(r["env_steps"] for r in after)

@@ -137,3 +137,15 @@ def test_a_component_parameter_with_a_default_makes_its_section_optional(capsys)
             in capsys.readouterr().err)
   finally:
     registry.agents.unregister("test_optional_loss")
+
+
+def test_a_roles_sections_are_named_by_one_rule():
+  """A loss's schedule counts the steps of its role's optimizer (builder.build_agent)."""
+  assert compose.same_role("loss", "optimizer") == "optimizer"
+  assert compose.same_role("critic_loss", "optimizer") == "critic_optimizer"
+  assert compose.same_role("target_critic_network", "loss") == "target_critic_loss"
+  with pytest.raises(ValueError, match="`replay`"):
+    compose.same_role("replay", "optimizer")
+  # Every such pair resolves to a registry, as the sections of an agent's signature do.
+  assert compose.section_registry(compose.same_role("critic_loss", "optimizer")) is (
+      registry.optimizers)

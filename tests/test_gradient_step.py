@@ -188,3 +188,22 @@ def test_a_loss_that_returns_a_vector_exits_2_naming_the_objective_and_shape(tmp
   message = " ".join(result.stderr.split())
   assert "Objective 'ppo': its loss (PPO._loss) returns an array of shape [" in message
   assert "gradient_step differentiates a scalar" in message
+
+
+def test_a_target_network_is_copied_every_period_or_averaged_every_update():
+  from podracer.learning import TargetState, update_target, with_target
+  online = {"w": jnp.full((2,), 4.0)}
+  state = with_target({"opt": 0}, {"w": jnp.zeros((2,))})
+  assert isinstance(state, TargetState) and int(state.updates) == 0
+  seen = []
+  for step in range(1, 7):  # A copy at updates 3 and 6 only.
+    state = update_target(state, {"opt": step}, {"w": jnp.full((2,), float(step))}, period=3)
+    seen.append(float(state.target["w"][0]))
+  assert seen == [0.0, 0.0, 3.0, 3.0, 3.0, 6.0]
+  assert int(state.updates) == 6 and state.optimizer == {"opt": 6}
+  polyak = update_target(with_target({}, {"w": jnp.zeros((2,))}), {}, online, tau=0.25)
+  np.testing.assert_allclose(polyak.target["w"], 1.0)  # 0.25 * 4 + 0.75 * 0
+  with pytest.raises(ValueError, match="one of `period`"):
+    update_target(state, {}, online)
+  with pytest.raises(ValueError, match="one of `period`"):
+    update_target(state, {}, online, period=2, tau=0.1)

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -95,7 +96,12 @@ def test_sigterm_stops_within_10s_writes_outputs_and_exits_143(case, tmp_path):
   summary = json.loads(result[0][len("result: "):])
   assert summary["stopped_by"] == "SIGTERM" and summary["env_steps"] > 0
   records = [json.loads(l) for l in metrics.read_text().splitlines()]
-  assert records[-1]["env_steps"] == summary["env_steps"]
+  # The result says what the run did, which its checkpoint holds: past the last record
+  # when Sebulba's learner stopped inside a record's window.
+  # (Without orbax there is no checkpoint: the last record's.)
+  saved = re.search(r"saved a checkpoint at env steps ([\d,]+)", stdout)
+  done = int(saved[1].replace(",", "")) if saved else records[-1]["env_steps"]
+  assert summary["env_steps"] == done >= records[-1]["env_steps"]
   assert (workdir / "learning_curve.png").stat().st_size > 1000
   grace = time.monotonic() + 5
   while any(alive(p) for p in workers) and time.monotonic() < grace:

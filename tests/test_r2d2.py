@@ -331,6 +331,13 @@ def test_r2d2_anakin_on_8_devices_averages_gradients_over_sharded_replays():
   last = records[-1]
   assert last["replay_inserts_per_s"] > 0 and last["replay_samples_per_s"] > 0
   assert last["sample_to_insert_ratio"] == pytest.approx(128 / 32)
+  # 8 x 128 x 8 items sampled per call of 8 x 32 x 8 x 8 env steps: 0.5 per env step
+  # (two timers' rates, so roughly).
+  assert last["replay_ratio"] == pytest.approx(0.5, rel=0.3)
+  # The actors' Ape-X epsilons (no annealing here), averaged over each replica's 32.
+  assert config.agent.epsilon_anneal_steps == 0
+  assert last["epsilon_mean"] == pytest.approx(float(jnp.mean(apex_epsilons(
+      32, config.agent.epsilon_base, config.agent.epsilon_alpha))), rel=1e-5)
 
 
 def _atari_host(config):

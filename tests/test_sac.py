@@ -62,7 +62,7 @@ def test_transitions_out_of_last_steps_are_never_sampled():
   experience = agent.observe(experience, trajectory)
   assert int(experience.size) == 16
   sample = agent.replay.sample(experience, jax.random.PRNGKey(0))
-  drawn = jax.jit(jax.vmap(lambda k: agent.replay.sample(experience, k).indices))(
+  drawn = jax.jit(jax.vmap(lambda k: agent.replay.sample(experience, k).ids))(
       jax.random.split(jax.random.PRNGKey(0), 200)).reshape(-1)
   _, real = transitions(trajectory)
   assert set(np.asarray(drawn)) == set(np.flatnonzero(real))
@@ -79,13 +79,15 @@ def _learn_once(agent):
   one = lambda x: jnp.asarray(x)[None]
   new_nets, opt, _, metrics = update(*jax.tree.map(one, (
       nets, agent.init_opt(nets), experience, jax.random.PRNGKey(1))))
-  new_nets = jax.tree.map(lambda x: x[0], new_nets)
+  new_nets, opt = jax.tree.map(lambda x: x[0], (new_nets, opt))
   changed = {k: not all(np.array_equal(a, b) for a, b in zip(
       jax.tree.leaves(nets[k]), jax.tree.leaves(new_nets[k]))) for k in nets}
-  # Polyak averaging of equal values rounds: "changed" means more than rounding.
+  # The target critic is in the learner state (TargetState), one update counted. Polyak
+  # averaging of equal values rounds: "changed" means more than rounding.
+  assert int(opt.updates) == 1
   changed["target_critic"] = not all(np.allclose(a, b, rtol=1e-6, atol=0) for a, b in zip(
-      jax.tree.leaves(nets["target_critic"]), jax.tree.leaves(new_nets["target_critic"])))
-  return changed, jax.tree.map(lambda x: x[0], opt), metrics
+      jax.tree.leaves(nets["critic"]), jax.tree.leaves(opt.target)))
+  return changed, opt.optimizer, metrics
 
 
 def test_each_optimizer_updates_only_its_own_parameters():

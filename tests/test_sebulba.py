@@ -377,6 +377,8 @@ def test_injected_thread_failure_ends_the_run_within_10s_with_its_traceback(wher
   assert match, stderr
   assert "Traceback (most recent call last)" in stderr
   assert ended - float(match.group(1)) < 10.0
+  # orbax is loaded (checkpoints are on): none of asyncio's reports reach the user.
+  assert "Event loop is closed" not in stderr and "never retrieved" not in stderr
 
 
 def test_ctrl_c_stops_threads_and_environments_and_exits_130(tmp_path):

@@ -114,9 +114,16 @@ def test_actors_insert_sequences_and_the_learner_writes_priorities_back():
   assert keys.shape == priorities.shape == (16,) and np.all(priorities >= 0)
   assert np.any(priorities > 0)
   for key in ("replay_size", "replay_inserts_per_s", "replay_samples_per_s",
-              "sample_to_insert_ratio", "priority_mean", "policy_lag"):
+              "sample_to_insert_ratio", "priority_mean", "policy_lag", "replay_ratio",
+              "epsilon_mean"):
     assert key in records[-1], key
   assert records[-1]["env_steps"] >= 20_000
+  # The actors' exploration, annealing from 1 over each environment's first 2000 steps
+  # (one actor's 12 environments: about 1,700 steps each by 20k, so about 0.17 of the
+  # way from Ape-X's epsilons, which average 0.05 here, to 1 is left).
+  epsilons = [r["epsilon_mean"] for r in records if "epsilon_mean" in r]
+  assert len(epsilons) >= 2 and 1.0 >= epsilons[0] > epsilons[-1], epsilons
+  assert 0.1 < epsilons[-1] < 0.35, epsilons
 
 
 def test_a_host_replay_warming_up_writes_records_and_a_run_that_ends_there_says_so():

@@ -38,17 +38,13 @@ from podracer import registry
 from podracer.agent import Agent
 from podracer.components.networks import MuZeroNetwork
 from podracer.components.replay import importance_weights
-from podracer.learning import STEP, Objective, gradient_step, periodic_update
+from podracer.learning import (Objective, TargetState, gradient_step, update_target,
+                               with_target)
 from podracer.registry.ranges import NonNegative, Positive, Probability
 from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
 
 SEARCHES = ("gumbel", "muzero")
 BOOTSTRAPS = ("search", "target")
-
-
-class MuZeroLearnerState(NamedTuple):
-  optimizer: PyTree
-  target: PyTree        # the target network (`value_bootstrap=target`), else ()
 
 
 class UnrollTargets(NamedTuple):
@@ -184,7 +180,8 @@ class MuZero(Agent):
 
   def init_opt(self, nets):
     target = nets if self.value_bootstrap == "target" else ()
-    return MuZeroLearnerState(super().init_opt(nets), target)
+    # The target network (`value_bootstrap=target`), else () and only the count goes on.
+    return with_target(super().init_opt(nets), target)
 
   def expected_outputs(self, batch_size):
     bins = self.support[2]
@@ -253,7 +250,7 @@ class MuZero(Agent):
 
   # -- learning ------------------------------------------------------------------------
 
-  def update(self, nets, opt: MuZeroLearnerState, experience, key):
+  def update(self, nets, opt: TargetState, experience, key):
     """`sgd_steps` gradient steps, each on a fresh sample (none until the replay can be
     sampled); metrics are their means."""
     def learn(args, step_key):
@@ -265,11 +262,12 @@ class MuZero(Agent):
       nets, optimizer, metrics = gradient_step(self.objectives, nets, opt.optimizer,
                                                (targets, weights), None)
       if self.value_bootstrap == "target":
-        opt = opt._replace(target=periodic_update(nets, opt.target, optimizer[STEP],
-                                                  self.target_update_period))
+        opt = update_target(opt, optimizer, nets, period=self.target_update_period)
+      else:
+        opt = opt._replace(optimizer=optimizer, updates=opt.updates + 1)
       experience = self.replay.update_priorities(experience, sample, priorities)
       metrics.update(priority_mean=jnp.mean(priorities), learning=jnp.float32(1.0))
-      return (nets, opt._replace(optimizer=optimizer), experience), metrics
+      return (nets, opt, experience), metrics
 
     def one_step(args, step_key):
       shapes = jax.eval_shape(learn, args, step_key)[1]

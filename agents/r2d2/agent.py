@@ -28,9 +28,10 @@ from podracer.components.losses import n_step_double_q_targets
 from podracer.components.losses.q_learning import taken
 from podracer.components.networks import RecurrentQNetwork
 from podracer.components.replay import importance_weights
-from podracer.learning import Objective, gradient_step, periodic_update
+from podracer.learning import (Objective, TargetState, gradient_step, update_target,
+                               with_target)
 from podracer.registry.ranges import NonNegative, Probability
-from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
+from podracer.types import ActorOutput, EnvSpec, StepType, TimeStep, Trajectory
 
 
 # What each update's record carries (`R2D2._diagnostics`); 0 while the replay warms up.
@@ -42,12 +43,6 @@ class R2D2ActorState(NamedTuple):
   core: Any             # LSTM state [B, H], before acting on the current timestep
   epsilon: jax.Array    # [B] each environment's exploration rate (Ape-X schedule)
   steps: jax.Array      # [B] int32: steps acted so far (for `epsilon_anneal_steps`)
-
-
-class R2D2LearnerState(NamedTuple):
-  optimizer: PyTree
-  target: PyTree        # target network parameters
-  updates: jax.Array    # learner updates so far (the target is copied every period)
 
 
 def apex_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> jax.Array:
@@ -111,7 +106,7 @@ class R2D2(Agent):
   # -- state -----------------------------------------------------------------------
 
   def init_opt(self, nets):
-    return R2D2LearnerState(super().init_opt(nets), nets, jnp.zeros((), jnp.int32))
+    return with_target(super().init_opt(nets), nets)
 
   def init_actor(self, key, num_envs):
     del key
@@ -151,6 +146,12 @@ class R2D2(Agent):
     return ActorOutput(action, {}), actor_state._replace(core=core,
                                                          steps=actor_state.steps + 1)
 
+  def actor_metrics(self, actor_state: R2D2ActorState):
+    """The exploration rate the actors act with now, averaged over their environments."""
+    epsilon = annealed_epsilon(actor_state.epsilon, actor_state.steps,
+                               self.epsilon_anneal_steps)
+    return dict(epsilon_mean=jnp.mean(epsilon))
+
   # -- experience ------------------------------------------------------------------
 
   def replay_items(self, trajectory: Trajectory) -> Trajectory:
@@ -165,19 +166,18 @@ class R2D2(Agent):
 
   # -- learning --------------------------------------------------------------------
 
-  def update(self, nets, opt: R2D2LearnerState, experience, key):
+  def update(self, nets, opt: TargetState, experience, key):
     def learn(args):
       nets, opt, experience = args
       sample = self.replay.sample(experience, key)
       weights = importance_weights(sample, self.importance_sampling_exponent)
       nets, optimizer, out = gradient_step(self.objectives, nets, opt.optimizer,
                                            (sample.items, weights, opt.target), None)
-      count = opt.updates + 1
-      target = periodic_update(nets, opt.target, count, self.target_update_period)
       priorities = sequence_priorities(out["abs_td"], out["mask"], self.priority_eta)
       experience = self.replay.update_priorities(experience, sample, priorities)
       metrics = self._diagnostics(out, priorities)
-      return (nets, R2D2LearnerState(optimizer, target, count), experience), metrics
+      opt = update_target(opt, optimizer, nets, period=self.target_update_period)
+      return (nets, opt, experience), metrics
 
     def wait(args):
       return args, {k: jnp.float32(0.0) for k in DIAGNOSTICS}

@@ -6,7 +6,9 @@ the framework's gradient step (`podracer.learning`):
   critic  twin Q regression to the soft target, using the target critic and the policy
   actor   minimise alpha log pi - min(Q1, Q2) through reparameterised actions
   alpha   keep the policy's entropy near `target_entropy` (default -|A|)
-The target critic is a Polyak average of the critic (rate `tau`), owned by no optimizer.
+The target critic is a Polyak average of the critic (rate `tau`), owned by no optimizer:
+it lives in the learner state (`podracer.learning.TargetState`), as R2D2's and MuZero's
+target networks do, and the critic's loss gets it with the batch.
 
 Experience is single transitions in a uniform replay (`replay.priority_exponent=0`).
 Transitions out of a LAST step (whose action the environment ignored) go in with
@@ -15,7 +17,7 @@ priority 0, so they are never sampled.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NamedTuple, Optional
+from typing import Annotated, Any, NamedTuple, Optional, Tuple
 
 import haiku as hk
 import jax
@@ -28,9 +30,9 @@ from podracer.agent import Agent, dummy_observation
 from podracer.components.losses import (soft_policy_loss, soft_q_target, temperature_loss,
                                         twin_q_loss)
 from podracer.components.networks import GaussianPolicyNetwork
-from podracer.learning import Objective, gradient_step
+from podracer.learning import Objective, gradient_step, update_target, with_target
 from podracer.registry.ranges import Fraction, Positive, Probability
-from podracer.types import ActorOutput, EnvSpec, StepType, TimeStep, Trajectory
+from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
 
 
 class Transition(NamedTuple):
@@ -69,7 +71,8 @@ class SAC(Agent):
                actor_optimizer: optax.GradientTransformation,
                critic_optimizer: optax.GradientTransformation,
                alpha_optimizer: optax.GradientTransformation, replay: Any,
-               discount: Annotated[float, Probability] = 0.99, tau: Annotated[float, Fraction] = 0.005,
+               discount: Annotated[float, Probability] = 0.99,
+               tau: Annotated[float, Fraction] = 0.005,
                initial_alpha: Annotated[float, Positive] = 1.0,
                target_entropy: Optional[float] = None):
     objectives = (
@@ -91,8 +94,7 @@ class SAC(Agent):
 
   # -- state -----------------------------------------------------------------------
 
-  # init_opt (one optimizer state per objective) and init_experience (the replay's, for
-  # `replay_items`) are the base class's.
+  # init_experience (the replay's, for `replay_items`) is the base class's.
 
   def init_nets(self, key):
     actor_key, critic_key = jax.random.split(key)
@@ -100,8 +102,11 @@ class SAC(Agent):
     action = jnp.zeros((1, *self.spec.action.shape), jnp.float32)
     critic = self.critic.init(critic_key, observation, action)
     return dict(actor=self.actor.init(actor_key, observation), critic=critic,
-                target_critic=critic,
                 log_alpha=jnp.asarray(np.log(self.initial_alpha), jnp.float32))
+
+  def init_opt(self, nets):
+    """One optimizer state per objective, and the target critic: a copy of the critic."""
+    return with_target(super().init_opt(nets), nets["critic"])
 
   # -- acting and experience -------------------------------------------------------
 
@@ -127,9 +132,9 @@ class SAC(Agent):
       nets, opt, experience = args
       sample_key, step_key = jax.random.split(key)
       sample = self.replay.sample(experience, sample_key)
-      nets, opt, metrics = gradient_step(self.objectives, nets, opt, sample.items, step_key)
-      nets = dict(nets, target_critic=optax.incremental_update(
-          nets["critic"], nets["target_critic"], self.tau))
+      nets, optimizer, metrics = gradient_step(self.objectives, nets, opt.optimizer,
+                                               (sample.items, opt.target), step_key)
+      opt = update_target(opt, optimizer, nets["critic"], tau=self.tau)
       # Priorities stay 1 (uniform replay); this counts the samples for the replay's
       # rate metrics.
       experience = self.replay.update_priorities(
@@ -146,23 +151,26 @@ class SAC(Agent):
     metrics["replay_size"] = self.replay.size(experience).astype(jnp.float32)
     return nets, opt, experience, metrics
 
-  def _critic_loss(self, nets, batch: Transition, key):
+  def _critic_loss(self, nets, batch: Tuple[Transition, PyTree], key):
+    batch, target_critic = batch
     alpha = jnp.exp(nets["log_alpha"])
     next_action, next_log_prob = self.actor.sample(nets["actor"], batch.next_observation,
                                                    key)
-    next_q1, next_q2 = self.critic.apply(nets["target_critic"], batch.next_observation,
+    next_q1, next_q2 = self.critic.apply(target_critic, batch.next_observation,
                                          next_action)
     target = soft_q_target(batch.reward, self.discount * batch.discount, next_q1, next_q2,
                            next_log_prob, alpha)
     q1, q2 = self.critic.apply(nets["critic"], batch.observation, batch.action)
     return twin_q_loss(q1, q2, target), dict(q_mean=jnp.mean(jnp.minimum(q1, q2)))
 
-  def _actor_loss(self, nets, batch: Transition, key):
+  def _actor_loss(self, nets, batch: Tuple[Transition, PyTree], key):
+    batch, _ = batch
     action, log_prob = self.actor.sample(nets["actor"], batch.observation, key)
     q1, q2 = self.critic.apply(nets["critic"], batch.observation, action)
     loss = soft_policy_loss(log_prob, q1, q2, jnp.exp(nets["log_alpha"]))
     return loss, dict(entropy=-jnp.mean(log_prob))
 
-  def _alpha_loss(self, nets, batch: Transition, key):
+  def _alpha_loss(self, nets, batch: Tuple[Transition, PyTree], key):
+    batch, _ = batch
     _, log_prob = self.actor.sample(nets["actor"], batch.observation, key)
     return temperature_loss(nets["log_alpha"], log_prob, self.target_entropy), {}

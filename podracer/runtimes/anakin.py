@@ -26,7 +26,7 @@ from podracer.errors import ConfigError
 from podracer.experience import host_replay
 from podracer.memory import check_device_fits, tree_bytes
 from podracer.metrics import RateMeter, Window, device_counts, episode_sums
-from podracer.runtime import Plan, Runtime, plan_calls
+from podracer.runtime import Plan, Runtime, plan_rounds
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
                             strip_weak_types)
@@ -57,7 +57,7 @@ class AnakinOptions:
 
   def plan(self, topology: Any, total_env_steps: int) -> Plan:
     steps_per_update = topology.num_replicas * self.num_envs_per_device * self.rollout_length
-    return plan_calls(steps_per_update * self.updates_per_call, self.updates_per_call,
+    return plan_rounds(steps_per_update * self.updates_per_call, self.updates_per_call,
                       total_env_steps)
 
 
@@ -96,7 +96,7 @@ class Anakin(Runtime):
     self.rollout_length = options.rollout_length
     self.updates_per_call = options.updates_per_call
     self.plan = plan
-    self.steps_per_call, self.num_calls = plan.steps_per_call, plan.num_calls
+    self.steps_per_call, self.num_calls = plan.env_steps_per_round, plan.num_rounds
     # With several processes the pmap spans every process's devices (distributed.py).
     self.pmap_devices = devices = distributed.pmap_devices(topology.devices)
     self._on_cpu = all(d.platform == "cpu" for d in devices)
@@ -198,6 +198,8 @@ class Anakin(Runtime):
     experience = agent.observe(state.agent.experience, trajectory)
     nets, opt, experience, metrics = agent.update(state.agent.nets, state.agent.opt,
                                                   experience, update_key)
+    actor_metrics = getattr(agent, "actor_metrics", lambda _: {})  # R2D2: epsilon_mean
+    metrics = {**metrics, **actor_metrics(actor_state)}
     agent_state = AgentState(actor=actor_state, nets=nets, opt=opt, experience=experience)
     return AnakinState(agent_state, env_state, pending, key), (metrics, episodes)
 

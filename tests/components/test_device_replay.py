@@ -50,11 +50,11 @@ def test_add_then_sample_returns_added_items():
   sample = _draws(replay, state)
   assert isinstance(sample, Sample)
   chex.assert_shape(sample.items["obs"], (16, 3))
-  chex.assert_shape([sample.items["action"], sample.indices, sample.probabilities,
+  chex.assert_shape([sample.items["action"], sample.ids, sample.probabilities,
                      sample.priorities], (16,))
-  assert set(np.asarray(sample.indices)) <= {0, 1, 2}
-  np.testing.assert_array_equal(sample.items["action"], 10 + sample.indices)
-  np.testing.assert_array_equal(sample.items["obs"][:, 0], 10 + sample.indices)
+  assert set(np.asarray(sample.ids)) <= {0, 1, 2}
+  np.testing.assert_array_equal(sample.items["action"], 10 + sample.ids)
+  np.testing.assert_array_equal(sample.items["obs"][:, 0], 10 + sample.ids)
   np.testing.assert_allclose(sample.probabilities, 1 / 3, rtol=1e-6)
   assert int(sample.size) == 3
   np.testing.assert_array_equal(sample.priorities, 0)
@@ -89,11 +89,11 @@ def test_sampling_frequencies_follow_priority_to_the_alpha(exponent):
   sample = _draws(replay, state, seed=42)
   expected = np.array([1.0, 2.0, 3.0, 4.0]) ** exponent
   expected /= expected.sum()
-  counts = np.bincount(np.asarray(sample.indices), minlength=6)
+  counts = np.bincount(np.asarray(sample.ids), minlength=6)
   assert counts[4:].sum() == 0  # empty slots
   chi2 = np.sum((counts[:4] - 20_000 * expected) ** 2 / (20_000 * expected))
   assert chi2 < CHI2_3DOF_999, (counts, expected)
-  np.testing.assert_allclose(sample.probabilities, expected[sample.indices], rtol=1e-5)
+  np.testing.assert_allclose(sample.probabilities, expected[sample.ids], rtol=1e-5)
 
 
 def test_zero_priority_items_are_never_sampled():
@@ -101,7 +101,7 @@ def test_zero_priority_items_are_never_sampled():
   state = replay.add(replay.init(SPEC), _items([0, 1, 2, 3]),
                      priorities=jnp.array([1.0, 0.0, 5.0, 0.0]))
   sample = _draws(replay, state)
-  assert set(np.asarray(sample.indices)) == {0, 2}
+  assert set(np.asarray(sample.ids)) == {0, 2}
   np.testing.assert_allclose(sample.probabilities, 0.5)  # alpha = 0: uniform over p > 0
 
 
@@ -109,15 +109,15 @@ def test_update_priorities_changes_distribution_and_max_priority():
   replay = DeviceReplay(max_size=4, batch_size=4_000, priority_exponent=1.0)
   state = replay.add(replay.init(SPEC), _items([0, 1, 2, 3]))
   assert float(state.max_priority) == 1.0
-  sample = Sample(items=None, indices=jnp.array([0, 1, 2], jnp.int32),
+  sample = Sample(items=None, ids=jnp.array([0, 1, 2], jnp.int32),
                   probabilities=jnp.zeros(3), size=state.size, priorities=jnp.zeros(3))
   state = jax.jit(replay.update_priorities)(state, sample, jnp.array([0.0, 6.0, 0.0]))
   np.testing.assert_array_equal(state.priorities, [0.0, 6.0, 0.0, 1.0])
   assert float(state.max_priority) == 6.0
   assert int(state.samples) == 3
   drawn = _draws(replay, state)
-  assert set(np.asarray(drawn.indices)) == {1, 3}
-  assert 0.8 < np.mean(np.asarray(drawn.indices) == 1) < 0.91  # 6/7 expected
+  assert set(np.asarray(drawn.ids)) == {1, 3}
+  assert 0.8 < np.mean(np.asarray(drawn.ids) == 1) < 0.91  # 6/7 expected
   # New items without priorities get the largest priority seen.
   state = replay.add(state, _items([7]))
   np.testing.assert_array_equal(state.priorities, [6.0, 6.0, 0.0, 1.0])
@@ -127,7 +127,7 @@ def test_update_priorities_leaves_empty_slots_empty():
   replay = DeviceReplay(max_size=4, batch_size=8)
   state = replay.init(SPEC)
   sample = replay.sample(state, jax.random.PRNGKey(0))
-  chex.assert_shape(sample.indices, (8,))
+  chex.assert_shape(sample.ids, (8,))
   assert np.all(np.isfinite(sample.probabilities))
   state = replay.update_priorities(state, sample, jnp.full((8,), 3.0))
   np.testing.assert_array_equal(state.priorities, 0.0)
@@ -135,7 +135,7 @@ def test_update_priorities_leaves_empty_slots_empty():
 
 
 def test_importance_weights_match_hand_computation():
-  sample = Sample(items=None, indices=jnp.arange(3), size=jnp.array(4, jnp.int32),
+  sample = Sample(items=None, ids=jnp.arange(3), size=jnp.array(4, jnp.int32),
                   probabilities=jnp.array([0.5, 0.25, 0.125]), priorities=jnp.zeros(3))
   # (4 * P)^-0.5 = [2, 1, 0.5]^-0.5 = [0.7071, 1, 1.4142], over the max 1.4142.
   np.testing.assert_allclose(importance_weights(sample, 0.5), [0.5, 0.70710678, 1.0],
@@ -158,7 +158,7 @@ def test_scanned_adds_under_jit_compile_once():
   np.testing.assert_array_equal(state.items["action"], [8, 9, 2, 3, 4, 5, 6, 7])
   assert (int(state.size), int(state.next_index), int(state.inserts)) == (8, 2, 10)
   np.testing.assert_array_equal(sample.items["action"],
-                                state.items["action"][sample.indices])
+                                state.items["action"][sample.ids])
   # The state's types do not change, so feeding it back does not recompile.
   chex.assert_trees_all_equal_shapes_and_dtypes(state, replay.init(SPEC))
   fill(state, jax.random.PRNGKey(2))
@@ -249,12 +249,56 @@ def test_uniform_sampling_skips_zero_priority_slots_anywhere_in_a_wrapped_buffer
   # Wraps: slots 6, 7, 0, 1 are overwritten; slot 0 becomes 0-priority, slot 1 real.
   state = replay.add(state, _items([6, 7, 8, 9]), priorities=jnp.array([1.0, 1.0, 0.0, 1.0]))
   sample = _draws(replay, state, seed=3)
-  assert set(np.asarray(sample.indices)) == {1, 2, 3, 5, 6, 7}
-  counts = np.bincount(np.asarray(sample.indices), minlength=8)[[1, 2, 3, 5, 6, 7]]
+  assert set(np.asarray(sample.ids)) == {1, 2, 3, 5, 6, 7}
+  counts = np.bincount(np.asarray(sample.ids), minlength=8)[[1, 2, 3, 5, 6, 7]]
   chi2 = np.sum((counts - 4_000 / 6) ** 2 / (4_000 / 6))
   assert chi2 < 20.5, counts  # chi-squared, 5 degrees of freedom, p = 0.001
   np.testing.assert_allclose(sample.probabilities, 1 / 6)
   # The sampled items are the ones in those slots.
   np.testing.assert_array_equal(sample.items["action"],
-                                np.asarray(state.items["action"])[sample.indices])
+                                np.asarray(state.items["action"])[sample.ids])
   assert set(np.asarray(sample.items["action"])) == {9, 2, 3, 5, 6, 7}
+
+
+def test_prioritized_sampling_skips_zero_priority_slots_and_keeps_weights_in_step():
+  replay = DeviceReplay(max_size=8, batch_size=4_000, priority_exponent=0.6)
+  state = replay.add(replay.init(SPEC), _items(list(range(6))),
+                     priorities=jnp.array([1.0, 0.0, 2.0, 1.0, 0.0, 3.0]))
+  state = replay.add(state, _items([6, 7, 8, 9]), priorities=jnp.array([1.0, 4.0, 0.0, 1.0]))
+  # Slot 5 drawn twice with two values: its weight follows whichever value it kept.
+  sample = Sample(items=None, ids=jnp.array([5, 5, 3], jnp.int32),
+                  probabilities=jnp.zeros(3), size=state.size, priorities=jnp.zeros(3))
+  state = jax.jit(replay.update_priorities)(state, sample, jnp.array([5.0, 7.0, 0.5]))
+  priorities = np.asarray(state.priorities)
+  expected = np.where(priorities > 0, priorities ** 0.6, 0.0)
+  np.testing.assert_allclose(state.weights, expected, rtol=1e-6)
+  drawn = _draws(replay, state, seed=5)
+  assert set(np.asarray(drawn.ids)) == {1, 2, 3, 5, 6, 7}
+  expected /= expected.sum()
+  counts = np.bincount(np.asarray(drawn.ids), minlength=8)[[1, 2, 3, 5, 6, 7]]
+  chi2 = np.sum((counts - 4_000 * expected[[1, 2, 3, 5, 6, 7]]) ** 2
+                / (4_000 * expected[[1, 2, 3, 5, 6, 7]]))
+  assert chi2 < 20.5, counts  # chi-squared, 5 degrees of freedom, p = 0.001
+  np.testing.assert_allclose(drawn.probabilities, expected[drawn.ids], rtol=1e-5)
+
+
+@pytest.mark.parametrize("exponent", [0.0, 0.6])
+def test_a_draw_costs_no_array_of_batch_times_capacity(exponent):
+  """Prioritized draws by inverse CDF, like uniform ones: no [batch, capacity] array
+  (a categorical draw's Gumbel noise), which made them ~100x slower than uniform."""
+  replay = DeviceReplay(max_size=10_000, batch_size=128, priority_exponent=exponent)
+  state = replay.add(replay.init(SPEC), _items(list(range(64))))
+  jaxpr = jax.make_jaxpr(replay.sample)(state, jax.random.PRNGKey(0))
+  assert max(_array_sizes(jaxpr.jaxpr)) <= 10_000 * 3  # The items' leaf, [capacity, 3].
+
+
+def _array_sizes(jaxpr):
+  """The sizes of every array a jaxpr makes, in its nested jaxprs too."""
+  for eqn in jaxpr.eqns:
+    for v in eqn.outvars:
+      yield int(np.prod(getattr(v.aval, "shape", ())))
+    for param in eqn.params.values():
+      for inner in param if isinstance(param, (tuple, list)) else [param]:
+        inner = getattr(inner, "jaxpr", inner)
+        if hasattr(inner, "eqns"):
+          yield from _array_sizes(inner)

@@ -146,7 +146,7 @@ def test_in_graph_methods_pass_the_sampled_batch_through_under_jit():
   assert isinstance(state, Sample)
   assert state.items.observation.shape == (3, LENGTH, 4)
   assert state.items.extras["nested"]["value"].shape == (3, 2)
-  assert state.indices.dtype == jnp.int32 and state.priorities.shape == (3,)
+  assert state.ids.dtype == jnp.int32 and state.priorities.shape == (3,)
 
   fed = state._replace(items=jax.tree_util.tree_map(jnp.asarray, make_items([7, 8, 9])),
                        probabilities=jnp.full((3,), 0.25, jnp.float32),

@@ -4,16 +4,15 @@ The buffer is a pytree of fixed-size arrays (`DeviceReplayState`), and every met
 pure function of it, so a replay can be scanned, jitted and pmapped with the rest of the
 agent; under pmap each replica owns its own shard. `add` writes N items at `next_index`
 (wrapping, so the oldest items go first); `sample` draws `batch_size` slots with
-replacement, with probability p_i^alpha / sum_j p_j^alpha, by `jax.random.categorical`
-over the log-priorities. Empty slots have priority 0, and 0-priority slots are never
-drawn. Sampling costs O(batch_size * capacity), which is cheap next to a learner step
-for sequence replays; with alpha = 0 (uniform, as SAC's transition replay) it draws by
-inverse CDF instead, in O(capacity + batch_size log capacity).
+replacement, with probability p_i^alpha / sum_j p_j^alpha, by inverse CDF (a cumulative
+sum and binary searches: O(capacity + batch_size log capacity), so a prioritized draw
+costs about what a uniform one does; `benchmarks/replay.py --part=priorities`). Empty
+slots have priority 0, and 0-priority slots are never drawn.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -25,9 +24,29 @@ from podracer.memory import check_device_fits, tree_bytes
 from podracer.types import PyTree, strip_weak_types
 
 
+def inverse_cdf_draw(weights: jax.Array, key: jax.Array,
+                     count: int) -> Tuple[jax.Array, jax.Array]:
+  """`count` indices drawn with replacement with probability weights_i / sum(weights),
+  and that sum, by inverse CDF: one cumulative sum and `count` binary searches,
+  O(N + count log N), where a categorical draw costs O(count * N). A 0-weight index is
+  never drawn (its running sum equals the one before it); weights too small to move a
+  float32 running sum (below about 1e-7 of the total) are not drawn either. All-zero
+  weights give index 0.
+  """
+  cdf = jnp.cumsum(weights)
+  u = jax.random.uniform(key, (count,), cdf.dtype) * cdf[-1]
+  indices = jnp.searchsorted(cdf, u, side="right")
+  # u rounded up to the total would fall past the end: the last index that has weight
+  # (the first whose running sum is the total).
+  last = jnp.searchsorted(cdf, cdf[-1], side="left")
+  return jnp.minimum(indices, last).astype(jnp.int32), cdf[-1]
+
+
 class DeviceReplayState(NamedTuple):
   items: PyTree              # [capacity, ...] per leaf
   priorities: jax.Array      # [capacity] float32; 0 for empty slots
+  weights: jax.Array         # [capacity] float32: priority^alpha (0 for priority 0), kept
+                             # up to date as priorities change so no draw recomputes it
   next_index: jax.Array      # [] int32: the slot the next item goes to
   size: jax.Array            # [] int32: filled slots (always slots 0..size-1)
   max_priority: jax.Array    # [] float32: the largest priority seen so far
@@ -96,6 +115,7 @@ class DeviceReplay:
     zero = jnp.zeros((), jnp.int32)
     return strip_weak_types(DeviceReplayState(
         items=items, priorities=jnp.zeros((self.capacity,), jnp.float32),
+        weights=jnp.zeros((self.capacity,), jnp.float32),
         next_index=zero, size=zero,
         max_priority=jnp.asarray(self.initial_priority, jnp.float32),
         inserts=zero, samples=zero))
@@ -130,6 +150,7 @@ class DeviceReplay:
     return state._replace(
         items=new_items,
         priorities=state.priorities.at[slots].set(priorities),
+        weights=state.weights.at[slots].set(self._weight(priorities)),
         next_index=(state.next_index + n) % self.capacity,
         size=jnp.minimum(state.size + n, self.capacity),
         max_priority=jnp.maximum(state.max_priority, jnp.max(priorities)),
@@ -156,23 +177,23 @@ class DeviceReplay:
     valid = state.priorities > 0
     if self.priority_exponent == 0:
       return self._sample_uniform(state, valid, key)
-    # -inf, not alpha * log(0) (NaN when alpha is 0): empty slots are never drawn.
-    logits = jnp.where(valid, self.priority_exponent * jnp.log(state.priorities), -jnp.inf)
-    # An empty buffer samples uniformly, so shapes and values stay finite; the agent
-    # does not learn from it (`can_sample`).
-    logits = jnp.where(jnp.any(valid), logits, 0.0)
-    indices = jax.random.categorical(key, logits, shape=(self.batch_size,))
-    indices = indices.astype(jnp.int32)
-    probabilities = jax.nn.softmax(logits)[indices]
+    weights = state.weights
+    indices, total = inverse_cdf_draw(weights, key, self.batch_size)
+    # An empty buffer gives finite values; the agent does not learn from it (`can_sample`).
+    probabilities = jnp.where(total > 0, weights[indices] / jnp.maximum(total, 1e-30),
+                              1.0 / self.capacity)
     items = jax.tree_util.tree_map(lambda buffer: buffer[indices], state.items)
-    return Sample(items=items, indices=indices, probabilities=probabilities,
+    return Sample(items=items, ids=indices, probabilities=probabilities,
                   size=state.size, priorities=jnp.zeros((self.batch_size,), jnp.float32))
+
+  def _weight(self, priorities: jax.Array) -> jax.Array:
+    """priority^alpha; 0, not 0^alpha, for priority 0: such slots are never drawn."""
+    return jnp.where(priorities > 0, jnp.power(priorities, self.priority_exponent), 0.0)
 
   def _sample_uniform(self, state: DeviceReplayState, valid: jax.Array,
                       key: jax.Array) -> Sample:
-    """alpha = 0: uniform over the slots with priority > 0, by inverse CDF. The same
-    distribution as the categorical draw, in O(capacity + batch log capacity) instead of
-    O(capacity * batch): what makes replays of 10^5 single transitions cheap to sample."""
+    """alpha = 0: uniform over the slots with priority > 0, by an exact integer inverse
+    CDF: the same distribution as the weighted draw, with no rounding."""
     filled = jnp.cumsum(valid.astype(jnp.int32))
     count = filled[-1]
     # The u-th valid slot (from 0) is the first whose running count exceeds u.
@@ -183,7 +204,7 @@ class DeviceReplay:
     probabilities = jnp.full((self.batch_size,), 1.0, jnp.float32) / jnp.maximum(
         count, 1).astype(jnp.float32)
     items = jax.tree_util.tree_map(lambda buffer: buffer[indices], state.items)
-    return Sample(items=items, indices=indices, probabilities=probabilities,
+    return Sample(items=items, ids=indices, probabilities=probabilities,
                   size=state.size, priorities=jnp.zeros((self.batch_size,), jnp.float32))
 
   def update_priorities(self, state: DeviceReplayState, sample: Sample,
@@ -193,11 +214,14 @@ class DeviceReplay:
     Slots that were empty when sampled keep priority 0, so a batch drawn from an empty
     buffer cannot make its zero items sampleable.
     """
-    filled = sample.indices < state.size
+    filled = sample.ids < state.size
     priorities = jnp.maximum(jnp.asarray(priorities, jnp.float32), 0.0)
-    priorities = jnp.where(filled, priorities, state.priorities[sample.indices])
+    priorities = jnp.where(filled, priorities, state.priorities[sample.ids])
+    written = state.priorities.at[sample.ids].set(priorities)
+    # Weights from the values the scatter kept, so a slot drawn twice agrees with itself.
+    weights = state.weights.at[sample.ids].set(self._weight(written[sample.ids]))
     return state._replace(
-        priorities=state.priorities.at[sample.indices].set(priorities),
+        priorities=written, weights=weights,
         max_priority=jnp.maximum(state.max_priority,
                                  jnp.max(jnp.where(filled, priorities, 0.0))),
-        samples=state.samples + sample.indices.shape[0])
+        samples=state.samples + sample.ids.shape[0])

@@ -30,7 +30,7 @@ class SampledBatch:
     n = self.batch_size
     items = jax.tree_util.tree_map(lambda s: jnp.zeros((n, *s.shape), s.dtype), item_spec)
     return strip_weak_types(Sample(
-        items=items, indices=jnp.arange(n, dtype=jnp.int32),
+        items=items, ids=jnp.arange(n, dtype=jnp.int32),
         probabilities=jnp.zeros((n,), jnp.float32), size=jnp.zeros((), jnp.int32),
         priorities=jnp.zeros((n,), jnp.float32)))
 

@@ -176,6 +176,20 @@ class Actor:
     # and actions rather than repeat the first run's.
     self.restart = restart
     self.lag_bound = lag_bound
+    # The agent's scalars of its actors' state (R2D2's epsilon_mean), once a batch;
+    # dropped after the first batch if it has none.
+    metrics = getattr(agent, "actor_metrics", None)
+    self._actor_metrics = jax.jit(metrics) if metrics is not None else None
+
+  def _state_means(self, states: List[PyTree]) -> Dict[str, float]:
+    """`agent.actor_metrics` of the groups' states, averaged (the groups are equal)."""
+    if self._actor_metrics is None:
+      return {}
+    values = jax.device_get([self._actor_metrics(state) for state in states])
+    if not values[0]:
+      self._actor_metrics = None
+      return {}
+    return {k: float(np.mean([v[k] for v in values])) for k in values[0]}
 
   def run(self, stop: threading.Event) -> None:
     # Built on the actor's own thread, so a failing environment fails that thread.
@@ -253,6 +267,7 @@ class Actor:
           pending[g] = act(params, g, timestep)
           send(g, times)
       output, earlier = self.output.finish(earlier, stepped, pending)
+      times.update(self._state_means(states))
       batch = Batch(None, version, self.num_envs * self.rollout_length, episodes, times)
       if self.lag_bound is not None and not self.lag_bound.wait_turn(ticket, stop):
         return

@@ -269,7 +269,7 @@ class Learner:
     """Puts the window's record (with the source's extras and `fields` that are not None)
     for the runtime to log; returns a new window. `state` None: before the first update."""
     progress = self.progress
-    record = window.record(progress.env_steps, progress.updates * self.plan.updates_per_call)
+    record = window.record(progress.env_steps, progress.updates * self.plan.updates_per_round)
     record["queue_depth"] = self.source.batches.qsize()
     record.update(self.source.extras(None if state is None else tuple(state)))
     record.update({k: v for k, v in fields.items() if v is not None})

@@ -13,7 +13,7 @@ import jax
 from podracer import distributed, registry
 from podracer.agent import Agent
 from podracer.errors import ConfigError
-from podracer.runtime import Plan, plan_calls
+from podracer.runtime import Plan, plan_rounds
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Actor
 from podracer.runtimes.sebulba.actor import act_and_advance_key
@@ -66,7 +66,7 @@ class SebulbaOptions:
   def plan(self, topology: Any, total_env_steps: int) -> Plan:
     del topology  # Every batch is one actor thread's trajectory, whatever the devices...
     # ...on each process: an update over several takes one batch from each (learner.py).
-    return plan_calls(self.num_envs_per_actor * self.rollout_length
+    return plan_rounds(self.num_envs_per_actor * self.rollout_length
                       * distributed.process_count(), self.updates_per_batch, total_env_steps)
 
 

@@ -19,7 +19,7 @@ import jax
 from podracer import distributed, registry, trajectories, transport
 from podracer.agent import Agent
 from podracer.errors import ConfigError, EnvironmentWorkerError
-from podracer.runtime import Plan, plan_calls
+from podracer.runtime import Plan, plan_rounds
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.host import HostRuntime
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound
@@ -122,7 +122,7 @@ class SeedOptions:
 
   def plan(self, topology: Any, total_env_steps: int) -> Plan:
     del topology
-    return plan_calls(self.envs_per_batch * self.rollout_length, self.updates_per_batch,
+    return plan_rounds(self.envs_per_batch * self.rollout_length, self.updates_per_batch,
                       total_env_steps)
 
 
