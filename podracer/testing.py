@@ -8,6 +8,7 @@
     host = testing.FakeHostEnvironment(spec, num_envs=2, episode_length=3)  # for Sebulba
     testing.check_network(network, spec, policy_logits=(2,), value=())
     before, after, metrics = testing.one_update(config)
+    sample, metrics = testing.traced_update(agent, trajectory_spec, batch_size=64)
 
 Fake environments are driven by a spec: every step's observation is the step count
 within the episode (in the spec's dtype and shape), the reward is 1, and an episode ends
@@ -214,3 +215,24 @@ def one_update(config: Any, agent: Any = None) -> Tuple[PyTree, PyTree, Dict[str
   before = first(state.agent.nets)
   state, metrics, _ = runtime.step(state)
   return before, first(state.agent.nets), {k: np.asarray(v) for k, v in metrics.items()}
+
+
+def traced_update(agent: Any, trajectory_spec: Trajectory, batch_size: int) -> Tuple[Any, Any]:
+  """Traces one `agent.update` (no compile, no data) on a replay sample of `batch_size`
+  items of `trajectory_spec`'s shapes, as under pmap with one replica: returns the
+  sample and metrics it gives, as shapes ([1, ...] leaves). For agents with a replay."""
+  from podracer.components.replay import Sample  # pylint: disable=import-outside-toplevel
+  from podracer.types import REPLICA_AXIS  # pylint: disable=import-outside-toplevel
+  items = jax.eval_shape(agent.replay_items, trajectory_spec)
+  batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((batch_size, *x.shape[1:]), x.dtype),
+                       items)
+  per_item = lambda dtype: jax.ShapeDtypeStruct((batch_size,), dtype)
+  sample = Sample(batch, per_item(jnp.int32), per_item(jnp.float32),
+                  jax.ShapeDtypeStruct((), jnp.int32), per_item(jnp.float32))
+  nets = jax.eval_shape(agent.init_nets, jax.random.PRNGKey(0))
+  opt = jax.eval_shape(agent.init_opt, nets)
+  one_replica = lambda x: jax.ShapeDtypeStruct((1, *x.shape), x.dtype)
+  update = jax.vmap(agent.update, axis_name=REPLICA_AXIS)
+  _, _, sample, metrics = jax.eval_shape(
+      update, *jax.tree.map(one_replica, (nets, opt, sample, jax.random.PRNGKey(1))))
+  return sample, metrics

@@ -20,7 +20,7 @@ POSITIVE_INTS = (
     "runtime.num_envs_per_actor", "runtime.actor_threads_per_device",
     "runtime.updates_per_batch", "runtime.queue_size",
     "topology.num_devices", "topology.num_actors", "topology.num_learners",
-    "agent.num_epochs", "agent.num_minibatches", "agent.n_step",
+    "agent.num_epochs", "agent.num_minibatches", "agent.n_step", "loss.n_step",
     "agent.target_update_period",
     "replay.batch_size", "replay.max_size", "checkpoints_to_keep", "eval_episodes",
 )

@@ -12,7 +12,7 @@ import pytest
 from agents.ppo import config as ppo_config
 from agents.ppo.agent import PPO
 from agents.r2d2 import config as r2d2_config
-from agents.r2d2.agent import annealed_epsilon
+from podracer.off_policy import annealed_epsilon
 from podracer import builder, evaluation
 from podracer.agent import Agent
 from podracer.components.environments import Environment, restart, transition

@@ -12,10 +12,10 @@ import pytest
 from agents.ppo import PPO
 from agents.ppo.config import cartpole_anakin
 from agents.r2d2 import config as r2d2_config
-from agents.r2d2.agent import annealed_epsilon, apex_epsilons, sequence_priorities
 from podracer import builder
 from podracer.errors import ConfigError
-from podracer.types import REPLICA_AXIS, StepType, TimeStep
+from podracer.off_policy import annealed_epsilon, apex_epsilons, sequence_priorities
+from podracer.types import StepType, TimeStep
 from tests.reverb_support import requires_reverb
 
 
@@ -275,7 +275,7 @@ def test_r2d2_without_reverb_installed_says_which_lane_has_it(monkeypatch):
 def test_r2d2_atari_config_builds_the_papers_agent_and_traces_an_update():
   """The paper's Atari setup, built (Pong frames, Nature torso, LSTM 512, dueling 512) and
   one learner update traced on a batch of 64 sequences of 40 + 40 + 5 steps."""
-  from podracer.components.replay import Sample
+  from podracer.testing import traced_update
   config = r2d2_config.atari_sebulba()
   experiment = builder.build(config)
   agent = experiment.agent
@@ -296,14 +296,7 @@ def test_r2d2_atari_config_builds_the_papers_agent_and_traces_an_update():
   items = jax.eval_shape(agent.replay_items, spec)
   assert items.timestep.observation.shape == (32, 40 + 40 + 5, 4, 84, 84)
   assert items.actor_state.hidden.shape == (32, 512)
-  batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((64, *x.shape[1:]), x.dtype), items)
-  sample = Sample(batch, *(jax.ShapeDtypeStruct((64,), d) for d in (jnp.int32, jnp.float32)),
-                  jax.ShapeDtypeStruct((), jnp.int32), jax.ShapeDtypeStruct((64,), jnp.float32))
-  opt = jax.eval_shape(agent.init_opt, nets)
-  one_replica = lambda x: jax.ShapeDtypeStruct((1, *x.shape), x.dtype)
-  update = jax.vmap(agent.update, axis_name=REPLICA_AXIS)  # as under pmap, one replica
-  _, _, sample, metrics = jax.eval_shape(
-      update, *jax.tree.map(one_replica, (nets, opt, sample, jax.random.PRNGKey(1))))
+  sample, metrics = traced_update(agent, spec, batch_size=64)
   assert sample.priorities.shape == (1, 64) and metrics["loss"].shape == (1,)
 
 

@@ -79,6 +79,15 @@ BAD_INPUTS = {
     "device replay beyond memory": (["--config=agents/r2d2/config.py:atari_sebulba",
                                      "--config.replay.name=device"],
                                     "needs 240,450,000,000 bytes"),
+    # The Nature DQN's 1M transitions as items of 4 (+1) stacks: 33 GiB.
+    "DQN device replay beyond memory": (["--config=agents/dqn/config.py:atari_sebulba",
+                                         "--config.replay.name=device"],
+                                        "needs 35,301,000,000 bytes"),
+    "DQN n_step": (["--config=agents/dqn/config.py:cartpole_anakin",
+                    "--config.loss.n_step=0"], "`loss.n_step`"),
+    "DQN target period": (["--config=agents/dqn/config.py:cartpole_anakin",
+                           "--config.agent.target_update_period=0"],
+                          "`agent.target_update_period`"),
 }
 
 

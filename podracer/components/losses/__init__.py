@@ -5,15 +5,17 @@ from podracer.components.losses.actor_critic import (PolicyGradientBatch, PPOLos
                                                      categorical_log_prob,
                                                      generalized_advantages, normalize,
                                                      policy_gradient_batch, transition_mask)
-from podracer.components.losses.q_learning import (n_step_double_q_targets,
-                                                   n_step_double_q_td, n_step_returns)
+from podracer.components.losses.q_learning import (QLearningLoss, n_step_double_q_targets,
+                                                   n_step_double_q_td, n_step_returns,
+                                                   value_rescaling)
 from podracer.components.losses.sac import (soft_policy_loss, soft_q_target,
                                             temperature_loss, twin_q_loss)
 from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_batch
 
 __all__ = ["PolicyGradientBatch", "PPOLoss", "categorical_entropy", "categorical_log_prob",
            "generalized_advantages", "normalize", "policy_gradient_batch", "transition_mask",
-           "n_step_double_q_targets", "n_step_double_q_td", "n_step_returns",
+           "QLearningLoss", "n_step_double_q_targets", "n_step_double_q_td",
+           "n_step_returns", "value_rescaling",
            "VTraceBatch",
            "VTraceLoss", "vtrace_batch", "soft_policy_loss", "soft_q_target",
            "temperature_loss", "twin_q_loss"]

@@ -14,11 +14,15 @@ reaches the time limit regularly is pulled back down from it.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Annotated, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import rlax
+
+from podracer import registry
+from podracer.registry.ranges import NonNegative
+from podracer.types import StepType, TimeStep
 
 
 def _padded(x: jax.Array, n: int, value) -> jax.Array:
@@ -86,3 +90,68 @@ def n_step_double_q_td(q: jax.Array, target_q: jax.Array, action: jax.Array,
 def taken(q: jax.Array, action: jax.Array) -> jax.Array:
   """q[..., action]: the values of the actions taken."""
   return jnp.take_along_axis(q, action[..., None], -1)[..., 0]
+
+
+def value_rescaling(eps: float = 1e-3) -> rlax.TxPair:
+  """R2D2's invertible value rescaling h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x."""
+  return rlax.TxPair(lambda x: rlax.signed_hyperbolic(x, eps),
+                     lambda x: rlax.signed_parabolic(x, eps))
+
+
+@registry.losses.register("q_learning")
+class QLearningLoss:
+  """n-step (double) Q-learning on time-major sequences [S, B] of S = T + n steps:
+
+      L = sum_{t<T, b} w_b l(h(G_t) - q[t, b, a_t]) m_t / sum m_t
+
+  with G_t the n-step return (`n_step_returns`: at most `n_step` steps, stopping at a
+  reset and bootstrapping from the step before it unless the episode terminated), its
+  bootstrap valued by the target network at the online network's argmax (`double`) or at
+  its own (`double=False`, DQN's max), h the value rescaling (`value_rescaling`, R2D2's;
+  off by default), l a half square or, with `huber_delta` > 0, the Huber loss, w the
+  replay's importance weights and m 0 on a reset's transition. Learned are the first T
+  transitions; the last n steps only complete their targets. So a replay item that
+  repeats n steps of the one before it (`Agent.trajectory_overlap`) is T n-step
+  transitions: this is the n-step view of a trajectory that Acme's
+  NStepTransitionAdder writes, made at learning time from sequences the replays share.
+
+  Called as `loss(q, target_q, timestep, action, weights, discount)`: Q-values [S, B, A]
+  of the online and target networks, the steps and actions [S, B], weights [B] and the
+  agent's discount; returns (loss, dict(abs_td, mask, q, target)), each [T, B] ([T, B,
+  A] for q) for priorities and diagnostics (podracer/off_policy.py).
+  """
+
+  def __init__(self, n_step: int = 3, double: bool = True,
+               huber_delta: Annotated[float, NonNegative] = 0.0,
+               value_rescaling_eps: Annotated[Optional[float], NonNegative] = None):
+    if isinstance(n_step, bool) or not isinstance(n_step, int) or n_step < 1:
+      raise ValueError(f"`n_step` must be an integer >= 1, got {n_step!r}.")
+    self.n_step = n_step
+    self.double = double
+    self.huber_delta = huber_delta
+    self.tx_pair = (rlax.IDENTITY_PAIR if value_rescaling_eps is None
+                    else value_rescaling(value_rescaling_eps))
+
+  def __call__(self, q: jax.Array, target_q: jax.Array, timestep: TimeStep,
+               action: jax.Array, weights: jax.Array, discount: float
+               ) -> Tuple[jax.Array, Dict[str, jax.Array]]:
+    target_q = jax.lax.stop_gradient(target_q)
+    # Transitions out of a LAST step are resets (their action was ignored): masked, and
+    # n-step returns stop before them, bootstrapping from the LAST step unless the
+    # episode terminated (a time limit's return goes on).
+    cut = timestep.step_type[:-1] == StepType.LAST
+    not_reset = (~cut).astype(jnp.float32)
+    reward = timestep.reward[1:]
+    gamma = discount * timestep.discount[1:]
+    selector = q if self.double else target_q
+    target = n_step_double_q_targets(selector, target_q, reward, gamma, self.n_step,
+                                     self.tx_pair, cut=cut)
+    learned = target.shape[0] - (self.n_step - 1)
+    target, mask = target[:learned], not_reset[:learned]
+    td = target - taken(q[:learned], action[:learned])
+    if self.huber_delta:
+      per_step = rlax.huber_loss(td, self.huber_delta)
+    else:
+      per_step = 0.5 * jnp.square(td)
+    loss = jnp.sum(weights[None] * per_step * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    return loss, dict(abs_td=jnp.abs(td), mask=mask, q=q[:learned], target=target)

@@ -3,7 +3,7 @@ NamedTuple of pure functions, for networks with more than one entry point).
 
 The actor-critic networks' `apply(params, observation [B, ...])` returns a
 `PolicyValueOutput` (logits [B, num_actions], value [B]); `init(key, observation)` takes a
-sample batch. `recurrent_q` is R2D2's; `gaussian_policy` and `twin_q` (continuous.py) are
+sample batch. `q_network` is DQN's, `recurrent_q` R2D2's; `gaussian_policy` and `twin_q` (continuous.py) are
 SAC's actor and critic; `muzero_mlp` and `muzero_resnet` (muzero.py) are MuZero's model.
 """
 
@@ -117,6 +117,43 @@ class RecurrentQNetwork(NamedTuple):
   unroll: Callable[..., Any]
 
 
+def _q_torso(network: str, torso: str, hidden_sizes: Sequence[int], activation: str,
+             channels_first: bool) -> Callable[[], hk.Module]:
+  """The torso a Q network names ('mlp', or 'impala' / 'nature' for images), checked now
+  and made inside the network's transform."""
+  if torso != "mlp" and torso not in ATARI_TORSOS:
+    raise ValueError(f"Unknown torso {torso!r} for network '{network}'; options: mlp, "
+                     f"{', '.join(sorted(ATARI_TORSOS))}.")
+  _check_activation(activation)
+  if torso == "mlp":
+    return lambda: MLP(hidden_sizes, activation, name="torso")
+  return lambda: ATARI_TORSOS[torso](channels_first=channels_first, name="torso")
+
+
+@registry.networks.register("q_network")
+def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (64, 64),
+              activation: str = "relu", dueling: bool = False,
+              head_hidden_sizes: Sequence[int] = (), channels_first: bool = True
+              ) -> hk.Transformed:
+  """DQN's network: Q-values [B, num_actions] from a torso ('mlp' of `hidden_sizes`, or
+  'nature' / 'impala' for images) and a linear layer, or with `dueling` a dueling head
+  (Wang et al. 2016) whose streams have `head_hidden_sizes` hidden layers."""
+  num_actions = num_discrete_actions(spec, "q_network")
+  make_torso = _q_torso("q_network", torso, hidden_sizes, activation, channels_first)
+  if torso != "mlp":
+    check_image_torso(spec, torso, "q_network")
+
+  def forward(observation):
+    features = make_torso()(observation)
+    if dueling:
+      return DuelingHead(num_actions, head_hidden_sizes, name="head")(features)
+    if head_hidden_sizes:
+      features = MLP(head_hidden_sizes, activation, name="head_torso")(features)
+    return hk.Linear(num_actions, name="head")(features)
+
+  return hk.without_apply_rng(hk.transform(forward))
+
+
 @registry.networks.register("recurrent_q")
 def recurrent_q(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (64,),
                 activation: str = "relu", lstm_size: int = 64,
@@ -125,15 +162,7 @@ def recurrent_q(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] =
   """R2D2's network: a torso ('mlp', or 'impala' / 'nature' for images), an LSTM core
   and a dueling head (Kapturowski et al. 2019)."""
   num_actions = num_discrete_actions(spec, "recurrent_q")
-  if torso != "mlp" and torso not in ATARI_TORSOS:
-    raise ValueError(f"Unknown torso {torso!r} for network 'recurrent_q'; options: mlp, "
-                     f"{', '.join(sorted(ATARI_TORSOS))}.")
-  _check_activation(activation)
-
-  def make_torso():
-    if torso == "mlp":
-      return MLP(hidden_sizes, activation, name="torso")
-    return ATARI_TORSOS[torso](channels_first=channels_first, name="torso")
+  make_torso = _q_torso("recurrent_q", torso, hidden_sizes, activation, channels_first)
 
   def forward():
     torso_net = make_torso()
@@ -173,5 +202,5 @@ __all__ = [
     "RecurrentQNetwork", "activation_fn",
     "atari_actor_critic", "mlp_actor_critic", "mlp_shared_actor_critic",
     "muzero_mlp", "muzero_resnet", "num_discrete_actions", "preprocess_image",
-    "recurrent_q",
+    "q_network", "recurrent_q",
 ]

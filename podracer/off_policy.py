@@ -1,0 +1,186 @@
+"""What the agents that learn Q-values from a prioritized replay share (R2D2, DQN).
+
+Acting: epsilon-greedy (`epsilon_greedy`) with a rate per environment, Ape-X's spread
+base^(1 + alpha i / (N - 1)) (`apex_epsilons`; alpha 0 gives every environment the same
+rate), optionally annealed from uniformly random over each environment's first steps
+(`annealed_epsilon`). Each environment carries its rate and step count in a
+`QActorState`, beside a recurrent core where the network has one (R2D2's LSTM).
+
+`QLearningAgent` is the Agent both are: it acts with `epsilon_greedy` on its network's
+Q-values, writes one item per environment and learns with `replay_q_update`.
+
+Learning (`replay_q_update`): once the replay can sample, a batch with its importance
+weights, one gradient step of the agent's objective against the target network
+(`learning.TargetState`), the items' priorities written back (`sequence_priorities`) and
+the target network stepped; every update's record carries the same diagnostics
+(`DIAGNOSTICS`), zeros while the replay warms up. The objective is the agent's: it
+returns the `q_learning` loss's outputs (podracer/components/losses/q_learning.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, NamedTuple, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import rlax
+
+from podracer.agent import Agent
+from podracer.components.replay import importance_weights
+from podracer.learning import Objective, TargetState, gradient_step, update_target, with_target
+from podracer.types import PyTree, Trajectory
+
+# What each update's record carries (`q_diagnostics`); 0 while the replay warms up.
+DIAGNOSTICS = ("loss", "q_mean", "q_max", "target_mean", "td_error_abs", "priority_mean",
+               "priority_max", "learning")
+
+
+class QActorState(NamedTuple):
+  core: Any             # a recurrent core's state [B, ...] (R2D2's LSTM), or ()
+  epsilon: jax.Array    # [B] each environment's exploration rate
+  steps: jax.Array      # [B] int32: steps acted so far (for `epsilon_anneal_steps`)
+
+
+def apex_epsilons(num_envs: int, base: float = 0.4, alpha: float = 7.0) -> jax.Array:
+  """Ape-X's per-actor exploration: epsilon_i = base^(1 + alpha * i / (N - 1))."""
+  i = jnp.arange(num_envs, dtype=jnp.float32)
+  return jnp.power(base, 1.0 + alpha * i / max(num_envs - 1, 1))
+
+
+def annealed_epsilon(epsilon: jax.Array, steps: jax.Array, anneal_steps: int) -> jax.Array:
+  """Linearly from 1 (uniformly random) at step 0 to `epsilon` at `anneal_steps`."""
+  if not anneal_steps:
+    return epsilon
+  remaining = jnp.clip(1.0 - steps.astype(jnp.float32) / anneal_steps, 0.0, 1.0)
+  return epsilon + (1.0 - epsilon) * remaining
+
+
+def init_exploration(num_envs: int, base: float, alpha: float, core: Any = ()) -> QActorState:
+  """Actors that have not acted yet: Ape-X's rates from `base` and `alpha`."""
+  return QActorState(core, apex_epsilons(num_envs, base, alpha),
+                     jnp.zeros((num_envs,), jnp.int32))
+
+
+def eval_exploration(num_envs: int, epsilon: float, anneal_steps: int,
+                     core: Any = ()) -> QActorState:
+  """The evaluation policy's actors: `epsilon` everywhere, annealing already over."""
+  return QActorState(core, jnp.full((num_envs,), epsilon, jnp.float32),
+                     jnp.full((num_envs,), anneal_steps, jnp.int32))
+
+
+def epsilon_greedy(q: jax.Array, state: QActorState, key: jax.Array,
+                   anneal_steps: int) -> Tuple[jax.Array, QActorState]:
+  """Actions [B] int32 for Q-values [B, A]: uniformly random with each environment's
+  (annealed) rate, else greedy; the state counts one more step."""
+  explore_key, action_key = jax.random.split(key)
+  greedy = jnp.argmax(q, axis=-1)
+  random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1])
+  epsilon = annealed_epsilon(state.epsilon, state.steps, anneal_steps)
+  explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
+  action = jnp.where(explore, random, greedy).astype(jnp.int32)
+  return action, state._replace(steps=state.steps + 1)
+
+
+def epsilon_mean(state: QActorState, anneal_steps: int) -> Dict[str, jax.Array]:
+  """The exploration rate the actors act with now, averaged over their environments."""
+  return dict(epsilon_mean=jnp.mean(annealed_epsilon(state.epsilon, state.steps,
+                                                     anneal_steps)))
+
+
+def sequence_priorities(abs_td: jax.Array, mask: jax.Array, eta: float) -> jax.Array:
+  """R2D2's priority, eta * max |td| + (1 - eta) * mean |td|, over masked steps [T, B]."""
+  count = jnp.maximum(jnp.sum(mask, axis=0), 1.0)
+  mean = jnp.sum(abs_td * mask, axis=0) / count
+  return eta * jnp.max(abs_td * mask, axis=0) + (1.0 - eta) * mean
+
+
+def q_diagnostics(out: Dict[str, jax.Array], priorities: jax.Array,
+                  tx_pair: rlax.TxPair) -> Dict[str, jax.Array]:
+  """What a record shows of an update: values in return units (h^-1 of the network's),
+  max_a Q against the n-step targets, over the learned steps; errors and priorities as
+  the loss and the replay see them."""
+  mask = out["mask"]
+  mean = lambda x: jnp.sum(x * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+  max_q = tx_pair.apply_inv(jnp.max(out["q"], axis=-1))
+  return dict(loss=out["loss"], q_mean=mean(max_q),
+              q_max=jnp.max(jnp.where(mask > 0, max_q, -jnp.inf)),
+              target_mean=mean(tx_pair.apply_inv(out["target"])),
+              td_error_abs=mean(out["abs_td"]), priority_mean=jnp.mean(priorities),
+              priority_max=jnp.max(priorities), learning=jnp.float32(1.0))
+
+
+def replay_q_update(objectives: Sequence[Objective], replay: Any, nets: PyTree,
+                    opt: TargetState, experience: PyTree, key: jax.Array, *,
+                    importance_sampling_exponent: float, priority_eta: float,
+                    target_update_period: int, tx_pair: rlax.TxPair
+                    ) -> Tuple[PyTree, TargetState, PyTree, Dict[str, jax.Array]]:
+  """One learner update from a prioritized replay (an `Agent.update`); nothing but the
+  replay's size while it holds fewer than it samples from. The objectives' loss takes
+  (items, importance weights [B], target parameters) and returns the `q_learning`
+  loss's outputs: `abs_td` and `mask` [T, B], `q` [T, B, A], `target` [T, B]."""
+  def learn(args):
+    nets, opt, experience = args
+    sample = replay.sample(experience, key)
+    weights = importance_weights(sample, importance_sampling_exponent)
+    nets, optimizer, out = gradient_step(objectives, nets, opt.optimizer,
+                                         (sample.items, weights, opt.target), None)
+    priorities = sequence_priorities(out["abs_td"], out["mask"], priority_eta)
+    experience = replay.update_priorities(experience, sample, priorities)
+    metrics = q_diagnostics(out, priorities, tx_pair)
+    opt = update_target(opt, optimizer, nets, period=target_update_period)
+    return (nets, opt, experience), metrics
+
+  def wait(args):
+    return args, {k: jnp.float32(0.0) for k in DIAGNOSTICS}
+
+  (nets, opt, experience), metrics = jax.lax.cond(
+      replay.can_sample(experience), learn, wait, (nets, opt, experience))
+  size = getattr(replay, "size", None)
+  if size is not None:
+    metrics["replay_size"] = jnp.float32(size(experience))
+  return nets, opt, experience, metrics
+
+
+class QLearningAgent(Agent):
+  """An agent that acts epsilon-greedily on Q-values and learns them from a replay with
+  the `q_learning` loss and a target network (DQN, R2D2). A subclass sets `q_loss` (a
+  `QLearningLoss`), `discount`, `target_update_period`, `importance_sampling_exponent`,
+  `priority_eta` and `epsilon_anneal_steps`, and defines its network's Q-values (`act`,
+  the objective's loss); a replay item is one environment's [T+K] stretch of a
+  trajectory with `item_actor_state` (nothing by default; R2D2: the LSTM state)."""
+
+  q_loss: Any
+  epsilon_anneal_steps: int = 0
+
+  def init_opt(self, nets):
+    return with_target(super().init_opt(nets), nets)
+
+  def expected_outputs(self, batch_size):
+    return dict(q_values=((batch_size, self.spec.action.num_values), np.floating))
+
+  def actor_metrics(self, actor_state: QActorState):
+    """The exploration rate the actors act with now, averaged over their environments."""
+    return epsilon_mean(actor_state, self.epsilon_anneal_steps)
+
+  def item_actor_state(self, trajectory: Trajectory) -> PyTree:
+    """What an item keeps of the actors' state at its first step ([B, ...] leaves)."""
+    del trajectory
+    return ()
+
+  def replay_items(self, trajectory: Trajectory) -> Trajectory:
+    """One item per environment: its [T+K] steps and actions, batch-major."""
+    batch_major = lambda x: jnp.swapaxes(x, 0, 1)
+    return Trajectory(timestep=jax.tree.map(batch_major, trajectory.timestep),
+                      actor_state=self.item_actor_state(trajectory),
+                      action=batch_major(trajectory.action), extras={})
+
+  def observe(self, experience, trajectory: Trajectory):
+    return self.replay.add(experience, self.replay_items(trajectory))
+
+  def update(self, nets, opt: TargetState, experience, key):
+    return replay_q_update(self.objectives, self.replay, nets, opt, experience, key,
+                           importance_sampling_exponent=self.importance_sampling_exponent,
+                           priority_eta=self.priority_eta,
+                           target_update_period=self.target_update_period,
+                           tx_pair=self.q_loss.tx_pair)
