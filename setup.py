@@ -2,7 +2,7 @@
 
 Two install lanes, each with a lock file used as pip constraints (see scripts/setup_env.sh):
 
-  default: pip install -c requirements/default.txt -e ".[test]"           (Python >= 3.11)
+  default: pip install -c requirements/default.txt -e ".[test,jax-envs]"  (Python >= 3.11)
   reverb:  pip install -c requirements/reverb.txt -e ".[reverb,test]"     (Python 3.11 only)
 
 The lower bounds below admit both lanes: the reverb lane holds JAX at 0.4.34 (the last
@@ -72,6 +72,9 @@ EXTRAS_REQUIRE = {
     # The `tensorboard` command, to look at the event files runs write (tensorboardX).
     "tensorboard": ["tensorboard"],
     "gymnasium": ["gymnasium"],
+    # JAX environment suites for Anakin (gymnax: classic control, bsuite, MinAtar). The
+    # default lane installs them; gymnax 1.x needs jax >= 0.6, so the reverb lane has none.
+    "jax-envs": ["gymnax>=1.0.1"],
 }
 
 setup(

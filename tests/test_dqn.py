@@ -92,10 +92,13 @@ def test_dqn_cartpole_anakin_holds_400_over_the_last_fifth_of_500k_steps():
   assert records[-1]["epsilon_mean"] == pytest.approx(config.agent.epsilon)
 
 
-@pytest.mark.parametrize("replay", ["reverb", "host", "device"])
+@pytest.mark.parametrize("replay", [
+    "reverb", pytest.param("host", marks=pytest.mark.default_lane_only),
+    pytest.param("device", marks=pytest.mark.default_lane_only)])
 def test_dqn_runs_under_sebulba_on_every_replay(replay):
   """The same agent under Sebulba, its replay in Reverb (its lane), host memory or on the
-  learner device: it learns from what the actors inserted."""
+  learner device: it learns from what the actors inserted. (The reverb lane runs the
+  Reverb one: one smoke per agent and runtime there.)"""
   from tests.test_sebulba import one_device, run_in_process, sebulba_threads
   if replay == "reverb":
     requires_reverb()

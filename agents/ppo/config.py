@@ -38,6 +38,22 @@ def catch_anakin() -> config_dict.ConfigDict:
   return configs.anakin(c, num_envs_per_device=16, rollout_length=32, updates_per_call=16)
 
 
+def minatar_anakin() -> config_dict.ConfigDict:
+  """PPO on a MinAtar game in JAX (gymnax; the default lane), PureJaxRL's published
+  MinAtar settings: 64 environments x 128 steps, 4 epochs x 8 minibatches, Adam 5e-3
+  annealed, a relu MLP 64x64 on the flattened [10, 10, C] frame, 10M env steps. The game
+  is `--config.env.env_id` (Breakout-, SpaceInvaders-, Asterix-, Freeway-MinAtar)."""
+  c = _base()
+  c.total_env_steps = 10_000_000
+  c.env = configs.section("gymnax", env_id="SpaceInvaders-MinAtar",
+                          env_kwargs=config_dict.placeholder(dict),
+                          env_params=config_dict.placeholder(dict))
+  c.agent.num_minibatches = 8
+  c.network.activation = "relu"
+  c.optimizer.learning_rate = 5e-3
+  return configs.anakin(c, num_envs_per_device=64, rollout_length=128, updates_per_call=4)
+
+
 def cartpole_sebulba() -> config_dict.ConfigDict:
   """PPO on EnvPool's CartPole-v1, stepped on the CPU by Sebulba's actor threads.
 
@@ -101,7 +117,7 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "cartpole_sebulba": cartpole_sebulba, "pong_sebulba": pong_sebulba,
            "cartpole_seed": cartpole_seed, "pong_seed": pong_seed,
-           "pixel_catch_anakin": pixel_catch_anakin}
+           "pixel_catch_anakin": pixel_catch_anakin, "minatar_anakin": minatar_anakin}
 
 
 get_config = configs.getter("PPO", CONFIGS, default="cartpole_anakin")

@@ -1,14 +1,21 @@
-"""Any gymnax environment as a podracer `Environment` (needs `pip install gymnax`).
+"""Any gymnax environment as a podracer `Environment` (gymnax is in the default install
+lane: `pip install -e ".[jax-envs]"`; gymnax 1.x needs jax >= 0.6, so the reverb lane,
+which pins jax 0.4.34, has none).
 
-gymnax's `step` resets by itself and reports a time limit as `done` with discount 0, as
-if the episode had terminated. We call `step_env` instead, leave resets to `VectorEnv`,
-and call an episode that ends at `max_steps_in_episode` truncated (discount 1). An env
-that fails exactly on its last allowed step is reported truncated too.
+gymnax's `step` resets by itself; we call `step_env` instead and leave resets to
+`VectorEnv`. gymnax 1.x's `step_env` reports termination only, and its `step` adds the
+time limit (`is_truncated`: `max_steps_in_episode` steps): a terminated episode ends
+with LAST and discount 0, one cut by the time limit with LAST and discount 1 (a
+termination on the last allowed step is a termination). Older gymnax (no
+`is_truncated`) reported the time limit as `done` with discount 0, as if the episode
+had terminated; there an episode that ends at the limit is called truncated. The step's
+key is the one gymnax's own `step(key, ...)` gives `step_env`, so the adapter's
+transitions are gymnax's for the same keys.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Mapping, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +40,11 @@ class Gymnax(Environment):
     try:
       import gymnax  # pylint: disable=g-import-not-at-top
     except ImportError as e:
-      raise ImportError(f"The 'gymnax' environment ({env_id}) needs gymnax: "
-                        f"pip install gymnax ({e})") from e
+      raise ImportError(
+          f"The 'gymnax' environment ({env_id}) needs gymnax, which the default install "
+          f"lane has (pip install -e \".[jax-envs]\", or pip install gymnax); the reverb "
+          f"lane has none: gymnax 1.x needs jax >= 0.6 and that lane pins 0.4.34 ({e})."
+      ) from e
     self.env_id = env_id
     self._env, params = gymnax.make(env_id, **dict(env_kwargs or {}))
     self._params = params.replace(**env_params) if env_params else params
@@ -47,20 +57,28 @@ class Gymnax(Environment):
     return GymnaxState(strip_weak_types(env_state), key), restart(strip_weak_types(obs))
 
   def step(self, state: GymnaxState, action: jax.Array) -> Tuple[GymnaxState, TimeStep]:
-    key, step_key = jax.random.split(state.key)
+    key, gymnax_key = jax.random.split(state.key)
+    step_key, _ = jax.random.split(gymnax_key)  # As gymnax's `step(gymnax_key, ...)`.
     obs, env_state, reward, done, info = self._env.step_env(
         step_key, state.env_state, action, self._params)
     done = jnp.asarray(done, jnp.bool_)
-    discount = jnp.where(done, 0.0, 1.0)
-    if isinstance(info, Mapping) and "discount" in info:
-      discount = info["discount"]
+    if hasattr(self._env, "is_truncated"):  # gymnax 1.x: `done` is termination alone.
+      terminated = done
+      time_up = jnp.asarray(self._env.is_truncated(env_state, self._params), jnp.bool_)
+    else:                                   # older: `done` includes the time limit
+      discount = jnp.where(done, 0.0, 1.0)
+      if isinstance(info, Mapping) and "discount" in info:
+        discount = info["discount"]
+      time_up = jnp.asarray(self._time_up(env_state), jnp.bool_)
+      terminated = done & (jnp.asarray(discount) == 0) & ~time_up
+    timestep = transition(strip_weak_types(obs), reward, terminated=terminated,
+                          truncated=(done | time_up) & ~terminated)
+    return GymnaxState(strip_weak_types(env_state), key), timestep
+
+  def _time_up(self, env_state: PyTree) -> Any:
     time = getattr(env_state, "time", None)
     limit = getattr(self._params, "max_steps_in_episode", None)
-    time_up = (time >= limit) if time is not None and limit is not None else False
-    terminated = done & (jnp.asarray(discount) == 0) & ~jnp.asarray(time_up, jnp.bool_)
-    timestep = transition(strip_weak_types(obs), reward, terminated=terminated,
-                          truncated=done & ~terminated)
-    return GymnaxState(strip_weak_types(env_state), key), timestep
+    return (time >= limit) if time is not None and limit is not None else False
 
   def spec(self) -> EnvSpec:
     space = self._env.action_space(self._params)
