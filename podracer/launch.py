@@ -269,6 +269,7 @@ def main(argv):
   except ConfigError as e:
     _fail(str(e))
   _start_processes()
+  preemption.handle_sigint()
   preemption.handle_sigterm()
   try:
     run(_CONFIG.value, _WORKDIR.value, fresh=_FRESH.value)

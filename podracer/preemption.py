@@ -28,6 +28,14 @@ class Terminated(KeyboardInterrupt):
   signal_name = "SIGTERM"
 
 
+def handle_sigint() -> None:
+  """From now on SIGINT (Ctrl-C, `kill -INT`) raises KeyboardInterrupt in the main thread,
+  also in a launcher that started with SIGINT ignored: a background job of a
+  non-interactive shell (`cmd &` in a script, as CI runners start jobs) inherits SIG_IGN,
+  Python then keeps ignoring it, and the run trained on through every `kill -INT`."""
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def handle_sigterm() -> None:
   """From now on the first SIGTERM raises `Terminated` in the main thread."""
 

@@ -360,10 +360,11 @@ def test_environment_crash_stops_every_thread_with_its_traceback():
 # Through the launcher, as a user runs it.
 
 
-def launch(*args):
+def launch(*args, **popen_kwargs):
   env = dict(os.environ, PYTHONPATH=str(ROOT))
   return subprocess.Popen([sys.executable, "-m", "podracer.launch", *args], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          **popen_kwargs)
 
 
 @pytest.mark.parametrize("where", ["actor", "learner"])
@@ -382,8 +383,11 @@ def test_injected_thread_failure_ends_the_run_within_10s_with_its_traceback(wher
 
 
 def test_ctrl_c_stops_threads_and_environments_and_exits_130(tmp_path):
+  """Also from a launcher started with SIGINT ignored, as a background job of a script
+  inherits it (a CI run started with `&` trained on through the signal until killed)."""
   process = launch("--config=agents/ppo/config.py:cartpole_sebulba",
-                   "--config.total_env_steps=100000000", f"--workdir={tmp_path}")
+                   "--config.total_env_steps=100000000", f"--workdir={tmp_path}",
+                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
   metrics = tmp_path / "metrics.jsonl"
   deadline = time.monotonic() + 120
   while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
