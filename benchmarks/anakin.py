@@ -1,7 +1,13 @@
 """Anakin throughput: PPO on CartPole against the bare environment, acting alone, and a
-hand-fused single-file PPO (benchmarks/ppo_reference.py, the ceiling to beat).
+hand-fused single-file PPO (benchmarks/ppo_reference.py, the ceiling to beat); with
+--num_runs, many runs in one program (podracer/runs.py) against one.
 
   python benchmarks/anakin.py [--num_envs=4,16,64,256,1024] [--repeats=5]
+  python benchmarks/anakin.py --num_runs=1,4,16,64 [--num_envs=4]
+
+With --num_runs it prints, for each number of runs R (each run `num_envs` environments),
+the total env steps/s of the one program over all its runs, the same per run, and the
+total against R = 1 (the speed-up of training R seeds at once over one after another).
 
 For each number of environments (per device) it measures, in one process:
   env:   the bare batched environment step with random actions, in a compiled scan;
@@ -30,6 +36,8 @@ _NUM_ENVS = flags.DEFINE_list("num_envs", ["4", "16", "64", "256", "1024"],
                               "Environments per device.")
 _ROLLOUT = flags.DEFINE_integer("rollout_length", 128, "Steps per rollout.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per measurement.")
+_NUM_RUNS = flags.DEFINE_list("num_runs", [], "Runs in one program: prints the scaling "
+                              "table of many runs instead (e.g. 1,4,16,64).")
 _MIN_STEPS = flags.DEFINE_integer("min_steps_per_call", 131072,
                                   "Work per timed call, so launch overhead stays small.")
 
@@ -71,6 +79,31 @@ def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
   return env_sps, act_sps, ppo_sps, ref_sps
 
 
+def measure_runs(num_runs: int, num_envs: int, rollout_length: int, repeats: int,
+                 min_steps: int) -> float:
+  """Total env steps/s (all runs) of the Anakin program of `num_runs` PPO runs."""
+  updates = max(1, min_steps // (num_runs * num_envs * rollout_length))
+  runtime = ppo_runtime(num_envs, rollout_length, updates, num_runs=num_runs)
+  state = runtime.init()
+  step = (lambda s: runtime.step(s)[0])
+  return median_sps(step, state, runtime.steps_per_call * num_runs, repeats)
+
+
+def runs_table() -> None:
+  num_envs = int(_NUM_ENVS.value[0])
+  print(f"PPO CartPole Anakin, many runs in one program, 1 device, {num_envs} envs per run, "
+        f"rollout {_ROLLOUT.value}; median of {_REPEATS.value} calls")
+  header = f"{'runs':>6} {'total steps/s':>14} {'per run':>12} {'vs 1 run':>9}"
+  print(header)
+  print("-" * len(header))
+  one = None
+  for num_runs in map(int, _NUM_RUNS.value):
+    total = measure_runs(num_runs, num_envs, _ROLLOUT.value, _REPEATS.value, _MIN_STEPS.value)
+    one = one or (total if num_runs == 1 else None)
+    ratio = f"{total / one:>8.2f}x" if one else f"{'-':>9}"
+    print(f"{num_runs:>6} {total:>14,.0f} {total / num_runs:>12,.0f} {ratio}", flush=True)
+
+
 def main(argv):
   del argv
   import jax
@@ -78,6 +111,8 @@ def main(argv):
   print(f"jax {jax.__version__} (jaxlib {jaxlib.__version__}), backend "
         f"{jax.default_backend()}, {jax.device_count()} device(s), "
         f"{os.cpu_count()} CPU core(s), Python {platform.python_version()}")
+  if _NUM_RUNS.value:
+    return runs_table()
   print(f"PPO CartPole Anakin, 1 device, rollout {_ROLLOUT.value}, 4 epochs x 4 "
         f"minibatches, 64x64 tanh MLP; median of {_REPEATS.value} calls")
   header = f"{'envs':>6} {'env steps/s':>14} {'act steps/s':>14} {'ppo steps/s':>14} " \

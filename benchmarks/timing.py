@@ -30,8 +30,9 @@ def paired_median_sps(fns, states, steps_per_call, repeats):
   return [statistics.median(r) for r in rates]
 
 
-def ppo_runtime(num_envs: int, rollout_length: int, updates: int):
-  """PPO cartpole_anakin's runtime on one device, `updates` updates per call."""
+def ppo_runtime(num_envs: int, rollout_length: int, updates: int, num_runs: int = 1):
+  """PPO cartpole_anakin's runtime on one device, `updates` updates per call (of each of
+  `num_runs` runs in one program)."""
   from agents.ppo.config import cartpole_anakin
   from podracer import builder
 
@@ -41,6 +42,7 @@ def ppo_runtime(num_envs: int, rollout_length: int, updates: int):
   config.runtime.rollout_length = rollout_length
   config.runtime.updates_per_call = updates
   config.total_env_steps = num_envs * rollout_length * updates
+  config.num_runs = num_runs
   return builder.build(config).runtime
 
 
@@ -55,7 +57,7 @@ def acting_only(runtime, updates: int):
     def body(s, _):
       key, rollout_key = jax.random.split(s.key)
       _, env_state, pending, actor_state, _ = runtime._rollout(
-          s.agent.nets, s.env, s.pending, s.agent.actor, rollout_key)
+          runtime.agent, s.agent.nets, s.env, s.pending, s.agent.actor, rollout_key)
       return s._replace(env=env_state, pending=pending, key=key,
                         agent=s.agent._replace(actor=actor_state)), None
     return jax.lax.scan(body, s, None, length=updates)[0]

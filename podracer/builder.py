@@ -24,7 +24,8 @@ from typing import Any, Dict, Mapping, Optional, TextIO
 
 import numpy as np
 
-from podracer import checkpoint, compose, contracts, distributed, evaluation, guards, registry
+from podracer import (checkpoint, compose, contracts, distributed, evaluation, guards,
+                      registry, runs as runs_lib)
 from podracer.errors import ConfigError, DiskError
 from podracer.metrics import LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
@@ -45,8 +46,10 @@ def register_builtin_components() -> None:
 class Experiment:
   """A built run: `run()` trains and returns a summary of the metrics."""
 
-  def __init__(self, config: Any, runtime: Any, agent: Any, plan: Plan):
+  def __init__(self, config: Any, runtime: Any, agent: Any, plan: Plan,
+               runs: Optional[runs_lib.Runs] = None):
     self.config, self.runtime, self.agent, self.plan = config, runtime, agent, plan
+    self.runs = runs
 
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
           print_interval: float = 1.0) -> Dict[str, Any]:
@@ -60,10 +63,12 @@ class Experiment:
         total_env_steps=self.plan.total_env_steps,
         stop_at_return=self.config.get("stop_at_return"), resume_records=resumed,
         context=taking_part, rates_per_env_step=getattr(self.agent, "rates_per_env_step", None),
-        **_log_options(self.config))
+        runs=self.runs, **_log_options(self.config))
     rounded = self._rounded_budget()
     if rounded and stream:
       stream.write(rounded + "\n")
+    if self.runs and stream:
+      stream.write(runs_lib.describe(self.runs) + "\n")
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     # What the runtime's `run` takes of checkpoints and evaluation, when asked for.
     extras = dict(checkpointer=checkpointer,
@@ -125,7 +130,11 @@ def _log_options(config: Any) -> Dict[str, Any]:
 
 
 def _title(config: Any) -> str:
-  return f"{config.agent.name} on {config.env.name} ({config.runtime.name}, seed {config.seed})"
+  runs = runs_lib.from_config(config)
+  seeds = f"seed {config.seed}"
+  if runs:  # The swept values are in the legend.
+    seeds = f"{runs.num_runs} runs, seeds {min(runs.seeds)}-{max(runs.seeds)}"
+  return f"{config.agent.name} on {config.env.name} ({config.runtime.name}, {seeds})"
 
 
 def _check_required(config: Any) -> None:
@@ -245,13 +254,49 @@ def build(config: Any, agent: Any = None) -> Experiment:
                            factory=runtime_cls.Options)
   plan = options.plan(topology, config.total_env_steps)
   env_factory = EnvironmentFactory(config.env)
+  runs = _runs(config, runtime_cls)
+  spec = runtime_cls.environment_spec(env_factory, config.seed) if agent is None or runs else None
   if agent is None:
-    spec = runtime_cls.environment_spec(env_factory, config.seed)
     agent = build_agent(config, spec, plan.num_updates)
   # The runtime steps a guarded agent; the experiment shows the agent as built.
-  guarded = guards.GuardedAgent(agent, config.get("nan_policy", "stop"))
-  runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed)
-  return Experiment(config, runtime, agent, plan)
+  nan_policy = config.get("nan_policy", "stop")
+  guarded = guards.GuardedAgent(agent, nan_policy)
+  many = {}
+  if runs:
+    many = dict(runs=runs, agent_for=_agent_for(config, spec, plan.num_updates, nan_policy))
+  runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed, **many)
+  return Experiment(config, runtime, agent, plan, runs)
+
+
+def _runs(config: Any, runtime_cls: Any) -> Optional[runs_lib.Runs]:
+  """`num_runs` and `sweep` (podracer/runs.py), for a runtime that runs many."""
+  runs = runs_lib.from_config(config)
+  if runs and not getattr(runtime_cls, "supports_runs", False):
+    raise ConfigError(
+        f"Config keys `num_runs` / `sweep` ask for {runs.num_runs} runs in one program, but "
+        f"runtime '{config.runtime.name}' runs one: its environments are stepped on the "
+        "host, per run, so runs would share nothing. Launch one process per seed or value "
+        "(e.g. --config.seed=1, --config.seed=2), or use runtime.name=anakin with a JAX "
+        "environment.")
+  return runs
+
+
+def _agent_for(config: Any, spec: Any, total_updates: int, nan_policy: str):
+  """`values -> the agent of a run with those swept values`; each value is first built
+  concretely here, so a value out of range is refused naming its key before tracing."""
+  runs = runs_lib.from_config(config)
+  for key, values in runs.swept.items():
+    for value in sorted(set(values)):
+      try:
+        build_agent(runs_lib.with_values(config, {key: value}), spec, total_updates)
+      except ConfigError as e:
+        raise ConfigError(f"Config key `sweep.{key}` has the value {value!r}, which its "
+                          f"component refuses: {e}") from None
+
+  def agent_for(values: Dict[str, Any]) -> Any:
+    built = build_agent(runs_lib.with_values(config, values), spec, total_updates)
+    return guards.GuardedAgent(built, nan_policy)
+  return agent_for
 
 
 def _name(section: Any, key: str) -> Any:

@@ -45,6 +45,8 @@ RUN_KEYS = {
     "log": "podracer/metrics.py",  # log.progress_metrics
     "eval_interval": "podracer/evaluation.py",
     "eval_episodes": "podracer/evaluation.py",
+    "num_runs": "podracer/runs.py",
+    "sweep": "podracer/runs.py",
 }
 
 # Sections every run builds, and the registry each names a component of.

@@ -35,6 +35,10 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   c.log = config_dict.ConfigDict(dict(progress_metrics=PROGRESS_METRICS))
   c.eval_interval = 0  # Env steps between evaluations of the greedy policy (0: none).
   c.eval_episodes = 10  # Episodes per evaluation (podracer/evaluation.py).
+  # Many runs in one program (Anakin; podracer/runs.py): seeds, and swept values of
+  # numeric keys, e.g. --config.sweep.optimizer.learning_rate=1e-4,1e-3.
+  c.num_runs = 1
+  c.sweep = config_dict.ConfigDict()
   return c
 
 

@@ -92,6 +92,17 @@ class NonFiniteWatch:
       self._raised = True
       raise NonFiniteError(message)
 
+  def write_runs(self, records: Any, *args: Any, **kwargs: Any) -> None:
+    """Many runs' records of one call (podracer/runs.py): a non-finite run stops all."""
+    self.wrapped.write_runs(records, *args, **kwargs)
+    message = None if self._raised else next(
+        (f"Run {r['run']} (seed {r['seed']}): {m}" for r in records for m in [self.check(r)]
+         if m), None)
+    self._previous_updates = records[-1].get("updates", self._previous_updates)
+    if message:
+      self._raised = True
+      raise NonFiniteError(message)
+
   def check(self, record: Dict[str, Any]) -> Optional[str]:
     """Why `record` must stop the run, or None."""
     if self.nan_policy != "stop":

@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_dict, config_flags
 
-from podracer import disk, distributed, preemption, validation
+from podracer import disk, distributed, preemption, runs as runs_lib, validation
 from podracer.errors import (ConfigError, DiskError, EnvironmentWorkerError, NonFiniteError,
                              ThreadFailure)
 from podracer.metrics import METRICS_FILE
@@ -171,7 +171,7 @@ class _ComposingParser(flags.ArgumentParser):
   the loaded config before absl applies the key overrides (podracer/compose.py)."""
 
   def __init__(self, inner):
-    self.inner, self.choices, self.config = inner, {}, None
+    self.inner, self.choices, self.sweeps, self.config = inner, {}, {}, None
 
   def parse(self, argument):
     config = self.inner.parse(argument)
@@ -180,6 +180,7 @@ class _ComposingParser(flags.ArgumentParser):
       from podracer import compose  # pylint: disable=import-outside-toplevel
       with config.unlocked():
         compose.choose(config, self.choices)
+        runs_lib.add_sweep(config, self.sweeps)
     return config
 
   def flag_type(self):
@@ -213,6 +214,8 @@ def _parse_flags(argv):
   if path and os.path.isfile(path):  # A missing file is reported by main.
     _prepare_config_file(path)
   _CONFIG_PARSER.choices, argv = _section_choices(argv)
+  # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/runs.py.
+  _CONFIG_PARSER.sweeps, argv = runs_lib.sweep_args(argv)
   # ml_collections finds the overrides to define in sys.argv itself.
   sys.argv[:] = argv
   try:

@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
-from podracer import disk, tensorboard
+from podracer import disk, runs as runs_lib, tensorboard
 from podracer.errors import DiskError
 
 METRICS_FILE = "metrics.jsonl"
@@ -46,8 +46,12 @@ class MetricsLogger:
                resume_records: Optional[int] = None,
                progress_metrics: Sequence[str] = PROGRESS_METRICS,
                context: Optional[Dict[str, Any]] = None,
-               rates_per_env_step: Optional[Dict[str, float]] = None):
+               rates_per_env_step: Optional[Dict[str, float]] = None,
+               runs: Optional[Any] = None):
     self.workdir = workdir
+    # Many runs in one program (podracer/runs.py): records carry `run`; see `write_runs`.
+    self.runs = runs
+    self._reached_runs: set = set()
     self.rates_per_env_step = dict(rates_per_env_step or {})
     self.progress_metrics = tuple(progress_metrics)
     self.context = dict(context or {})
@@ -72,10 +76,34 @@ class MetricsLogger:
         self.records = _truncate(path, resume_records)
         self._start -= self.records[-1]["wall_time"] if self.records else 0.0
       self._file = open(path, "w" if resume_records is None else "a")
-      self._tensorboard = tensorboard.open_writer(
-          workdir, resumed=self.records if resume_records is not None else None)
+      resumed = self.records if resume_records is not None else None
+      self._tensorboard = (tensorboard.open_run_writers(workdir, runs.num_runs, resumed=resumed)
+                           if runs else tensorboard.open_writer(workdir, resumed=resumed))
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
+    record = self._add(record, compile_step)
+    if (self.stop_at_return is not None and not self.target_reached
+        and record.get("episode_return", -math.inf) >= self.stop_at_return):
+      self.target_reached = True
+      record["target_reached"] = True
+    self._show(record)
+
+  def write_runs(self, records: List[Dict[str, Any]], compile_step: bool = False) -> None:
+    """The records of one call of many runs, one per run (each with its `run`): all are
+    written; the progress line shows their mean return and its range over runs. With
+    `stop_at_return`, a run that reaches it is marked (`target_reached` in its record)
+    and trains on; `target_reached` turns true once every run has reached it."""
+    added = [self._add(record, compile_step) for record in records]
+    if self.stop_at_return is not None:
+      for record in added:
+        if record.get("episode_return", -math.inf) >= self.stop_at_return:
+          self._reached_runs.add(record["run"])
+        record["target_reached"] = record["run"] in self._reached_runs
+      self.target_reached = len(self._reached_runs) == len(added)
+    self._show(runs_lib.progress_record(added))
+
+  def _add(self, record: Dict[str, Any], compile_step: bool) -> Dict[str, Any]:
+    """Completes a record (context, rates, wall time) and writes it to the files."""
     record = {**self.context, **{k: _plain(v) for k, v in record.items()}}
     if "sps" in record:  # e.g. MuZero's simulations_per_s (Agent.rates_per_env_step)
       record.update({k: record["sps"] * n for k, n in self.rates_per_env_step.items()})
@@ -87,10 +115,10 @@ class MetricsLogger:
       record["includes_compilation"] = True
     self.records.append(record)
     self._write_files(record)
-    if (self.stop_at_return is not None and not self.target_reached
-        and record.get("episode_return", -math.inf) >= self.stop_at_return):
-      self.target_reached = True
-      record["target_reached"] = True
+    return record
+
+  def _show(self, record: Dict[str, Any]) -> None:
+    """Checks warm-up and progress metrics once, and prints the progress line when due."""
     now = time.perf_counter()
     done = (self.target_reached or self.total_env_steps is not None
             and record["env_steps"] >= self.total_env_steps)
@@ -166,6 +194,10 @@ class MetricsLogger:
                    (" (incl. compile)" if record.get("includes_compilation") else ""))
     if "episode_return" in record:
       parts.append(f"return {record['episode_return']:.3f}")
+      if "episode_return_min" in record:  # Many runs: the mean, then its range over runs.
+        parts[-1] += (f" (over {record['num_runs']} runs: min "
+                      f"{record['episode_return_min']:.3f}, max "
+                      f"{record['episode_return_max']:.3f})")
     if record.get("eval_return") is not None:
       parts.append(f"eval_return {record['eval_return']:.3f}")
     if record.get("learning_started") is False and "replay_size" in record:
@@ -177,10 +209,14 @@ class MetricsLogger:
     return " | ".join(parts)
 
   def summary(self) -> Dict[str, Any]:
-    """Final env steps, best and last mean episode return, median steps/s."""
+    """Final env steps, best and last mean episode return, median steps/s; with many
+    runs, each run's and the best run's (`runs_summary`)."""
     out: Dict[str, Any] = {}
     if not self.records:
       return out
+    if self.runs:
+      return runs_lib.summary(self.records, self.runs,
+                              self.stop_at_return if self.target_reached else None)
     out["env_steps"] = self.records[-1]["env_steps"]
     returns = [r["episode_return"] for r in self.records if "episode_return" in r]
     if returns:
@@ -219,7 +255,7 @@ class MetricsLogger:
         return None
       path = os.path.join(self.workdir, PLOT_FILE)
       with disk.writing("learning-curve plot", path):
-        return plot_learning_curve(self.records, path, title)
+        return plot_learning_curve(self.records, path, title, runs=self.runs)
     except DiskError:
       self.disk_failed = True
       raise
@@ -319,20 +355,28 @@ def device_counts(replay: Any, experience: Any) -> Optional[Tuple[int, int]]:
   return int(np.sum(inserts, dtype=np.int64)), int(np.sum(samples, dtype=np.int64))
 
 
-def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "") -> str:
+def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "",
+                        runs: Optional[Any] = None) -> str:
+  """Mean episode return (and `eval_return`) against env steps over steps/s; with many
+  runs (`runs`), every run thin and each group's mean with its spread over seeds."""
   import matplotlib  # Lazy: only runs that write a plot pay for the import.
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   fig, (ax_ret, ax_sps) = plt.subplots(2, 1, figsize=(7, 6), sharex=True,
                                        gridspec_kw=dict(height_ratios=[3, 1]))
+  if runs:
+    _plot_runs(ax_ret, records, runs)
+    # Steps/s of all runs together, one point per call.
+    records = [dict(r, sps=r["sps"] * runs.num_runs) for r in records
+               if r["run"] == 0 and "sps" in r]
   points = [(r["env_steps"], r["episode_return"]) for r in records
             if r.get("episode_return") is not None]
-  if points:
+  if points and not runs:
     ax_ret.plot(*zip(*points), marker=".", lw=1.2, label="training (acting policy)")
   evaluated = [(r["env_steps"], r["eval_return"]) for r in records
                if r.get("eval_return") is not None]
-  if evaluated:
+  if evaluated and not runs:
     ax_ret.plot(*zip(*evaluated), marker="o", lw=1.2, color="tab:orange",
                 label="evaluation (eval_return)")
     ax_ret.legend(loc="best")
@@ -350,6 +394,20 @@ def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
+
+
+def _plot_runs(ax: Any, records: List[Dict[str, Any]], runs: Any) -> None:
+  """Each run a thin line; each group (all runs, or one per swept value) its mean, bold,
+  over a band from its runs' min to max."""
+  lines, bands = runs_lib.curves(records, runs)
+  for xs, ys in lines:
+    ax.plot(xs, ys, lw=0.5, alpha=0.35, color="tab:gray")
+  for i, (label, xs, mean, low, high) in enumerate(bands):
+    color = f"C{i % 10}"
+    ax.fill_between(xs, low, high, color=color, alpha=0.2)
+    ax.plot(xs, mean, lw=2.0, color=color, label=f"{label} (mean, band: min-max)")
+  if bands:
+    ax.legend(loc="best", fontsize="small")
 
 
 def _truncate(path: str, num_records: int) -> List[Dict[str, Any]]:

@@ -114,6 +114,39 @@ def open_writer(logdir: str, stream=sys.stderr,
   return writer
 
 
+class PerRunWriter:
+  """One writer per run of many (podracer/runs.py), each in `logdir/run_R`, so that
+  TensorBoard shows the runs side by side; records are routed by their `run`."""
+
+  def __init__(self, writers: List[TensorBoardWriter]):
+    self.writers = writers
+
+  def write(self, record: Dict[str, Any]) -> None:
+    self.writers[record["run"]].write(record)
+
+  def flush(self) -> None:
+    for writer in self.writers:
+      writer.flush()
+
+  def close(self) -> None:
+    for writer in self.writers:
+      writer.close()
+
+
+def open_run_writers(logdir: str, num_runs: int, stream=sys.stderr,
+                     resumed: Optional[List[Dict[str, Any]]] = None
+                     ) -> Optional[PerRunWriter]:
+  """`open_writer` for each of `num_runs` runs, in `logdir/run_0`, `run_1`, ..."""
+  writers = []
+  for run in range(num_runs):
+    kept = None if resumed is None else [r for r in resumed if r.get("run") == run]
+    writer = open_writer(os.path.join(logdir, f"run_{run}"), stream, kept)
+    if writer is None:
+      return None
+    writers.append(writer)
+  return PerRunWriter(writers)
+
+
 def event_files(logdir: str) -> List[str]:
   return sorted(glob.glob(os.path.join(logdir, EVENTS_PREFIX + "*")))
 

@@ -54,6 +54,14 @@ def minatar_anakin() -> config_dict.ConfigDict:
   return configs.anakin(c, num_envs_per_device=64, rollout_length=128, updates_per_call=4)
 
 
+def minatar_conv_anakin() -> config_dict.ConfigDict:
+  """minatar_anakin with a conv network on the [10, 10, C] frame: the MinAtar paper's
+  torso (a 3x3 conv of 16 channels, a dense 128) under the policy and value layers."""
+  c = minatar_anakin()
+  c.network = configs.section("atari_actor_critic", torso="minatar", channels_first=False)
+  return c
+
+
 def cartpole_sebulba() -> config_dict.ConfigDict:
   """PPO on EnvPool's CartPole-v1, stepped on the CPU by Sebulba's actor threads.
 
@@ -117,7 +125,8 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "cartpole_sebulba": cartpole_sebulba, "pong_sebulba": pong_sebulba,
            "cartpole_seed": cartpole_seed, "pong_seed": pong_seed,
-           "pixel_catch_anakin": pixel_catch_anakin, "minatar_anakin": minatar_anakin}
+           "pixel_catch_anakin": pixel_catch_anakin, "minatar_anakin": minatar_anakin,
+           "minatar_conv_anakin": minatar_conv_anakin}
 
 
 get_config = configs.getter("PPO", CONFIGS, default="cartpole_anakin")

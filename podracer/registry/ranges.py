@@ -74,6 +74,14 @@ def out_of_range(factory: Callable[..., Any],
   """(parameter, why) for the first value of `kwargs` outside its declared range; None."""
   for name, allowed in declared_ranges(factory).items():
     value = kwargs.get(name)
+    if _traced(value):  # One run's swept value (podracer/runs.py), checked before tracing.
+      continue
     if value is not None and not allowed.admits(value):
       return name, f"is {allowed.words} in {allowed.interval()}, got {value!r}"
   return None
+
+
+def _traced(value: Any) -> bool:
+  """Whether `value` is an array inside a JAX trace rather than a config number."""
+  return (not isinstance(value, (numbers.Number, str, bytes)) and hasattr(value, "shape")
+          and type(value).__name__.endswith("Tracer"))

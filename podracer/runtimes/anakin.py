@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import jax
@@ -20,6 +21,7 @@ import numpy as np
 from podracer import distributed
 from podracer import evaluation as evaluation_lib
 from podracer import preemption, registry, trajectories
+from podracer.runs import RUNS_AXIS, Runs
 from podracer.agent import Agent
 from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError
@@ -79,8 +81,11 @@ class Anakin(Runtime):
   Options = AnakinOptions
   environment_kind = "jax"
 
+  supports_runs = True  # `num_runs` and `sweep` (podracer/runs.py)
+
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
-               options: AnakinOptions, plan: Plan, seed: int):
+               options: AnakinOptions, plan: Plan, seed: int, runs: Optional[Runs] = None,
+               agent_for: Optional[Callable[[Dict[str, Any]], Agent]] = None):
     if not hasattr(topology, "devices") or not hasattr(topology, "num_replicas"):
       raise ConfigError("Anakin needs a topology that replicates over devices "
                         "(`topology.name=replicate`).")
@@ -97,22 +102,46 @@ class Anakin(Runtime):
     self.updates_per_call = options.updates_per_call
     self.plan = plan
     self.steps_per_call, self.num_calls = plan.env_steps_per_round, plan.num_rounds
+    # Many runs (podracer/runs.py): one run's program vmapped over the `runs` axis, each
+    # run's agent built by `agent_for` from its swept values (traced in the program).
+    self.runs, self._agent_for = runs, agent_for
+    self.num_runs = runs.num_runs if runs else 1
     # With several processes the pmap spans every process's devices (distributed.py).
     self.pmap_devices = devices = distributed.pmap_devices(topology.devices)
     self._on_cpu = all(d.platform == "cpu" for d in devices)
     state_bytes = self._state_bytes()
     self._check_memory(state_bytes)
-    self._init = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS, devices=devices)
-    self._step = jax.pmap(compile_once(self._run_updates, "The Anakin step"),
-                          axis_name=REPLICA_AXIS, devices=devices,
+    init, step = self._init_replica, compile_once(self._run_updates, "The Anakin step")
+    if runs:
+      # Runs are initialised one by one (see `init`), then stepped together.
+      init = self._init_run
+      step = compile_once(jax.vmap(self._run_updates_of_run, axis_name=RUNS_AXIS),
+                          "The Anakin step")
+    self._init = jax.pmap(init, axis_name=REPLICA_AXIS, devices=devices)
+    self._step = jax.pmap(step, axis_name=REPLICA_AXIS, devices=devices,
                           donate_argnums=(0,) if self._donates(state_bytes) else ())
 
   # -- program ---------------------------------------------------------------------
 
   def _state_bytes(self) -> int:
-    """Bytes of one replica's state, from its abstract shapes (nothing is allocated)."""
+    """Bytes of one replica's state (all its runs), from its abstract shapes (nothing is
+    allocated). With a sweep this traces one run's program: a swept key that sets a
+    shape or the structure is refused here, before anything compiles."""
     key = jax.random.PRNGKey(0)
-    return tree_bytes(jax.eval_shape(self._init_replica, key, key))
+    if not self.runs:
+      return tree_bytes(jax.eval_shape(self._init_replica, key, key))
+    check_sweep_traces(self.runs, self._abstract_run)
+    first = {k: v[0] for k, v in self.runs.values().items()}
+    return self.num_runs * tree_bytes(jax.eval_shape(self._init_run, key, key, first))
+
+  def _abstract_run(self, values: Dict[str, Any]) -> Any:
+    """One run's first update, traced for its shapes only (on a replica axis of one)."""
+    def first_update(hparams):
+      key = jax.random.PRNGKey(0)
+      state = self._init_run(key, key, hparams)
+      return self._update(state, None, self._run_agent(hparams))
+    one_replica = jax.vmap(first_update, axis_name=REPLICA_AXIS, in_axes=None, axis_size=1)
+    return jax.eval_shape(one_replica, {k: v[0] for k, v in values.items()})
 
   def _check_memory(self, state_bytes: int) -> None:
     """One replica's state and the trajectory its update holds (twice: the rollout's
@@ -122,9 +151,12 @@ class Anakin(Runtime):
         self.agent, self.spec, self.num_envs_per_device, self.rollout_length)
     needed = state_bytes + 2 * tree_bytes(trajectory)
     local = [d for d in self.pmap_devices if d.process_index == jax.process_index()]
+    needed += (self.num_runs - 1) * 2 * tree_bytes(trajectory)
     if self._on_cpu:
       needed *= len(local)
     keys = ["runtime.num_envs_per_device", "runtime.rollout_length"]
+    if self.runs:
+      keys.append("num_runs")
     if getattr(self.agent, "replay", None) is not None:
       keys.append("replay.max_size")
     check_device_fits(
@@ -136,17 +168,50 @@ class Anakin(Runtime):
     return not self._on_cpu or state_bytes >= DONATE_MIN_CPU_BYTES
 
   def init(self) -> AnakinState:
-    """Replicated state: equal parameters, different environments on each replica."""
-    key = jax.random.PRNGKey(self.seed)
-    nets_key, run_key = jax.random.split(key)
+    """Replicated state: equal parameters, different environments on each replica. Run r
+    of many starts from `runs.seeds[r]` exactly as a single run with that seed."""
+    if not self.runs:
+      return self._init(*self._replica_keys(self.seed))
+    # One call per run, stacked on a runs axis after the devices': XLA:CPU deadlocked on
+    # a vmapped init over several devices (batched QR of orthogonal initialisers, jaxlib
+    # 0.10: two in one program hang on 2+ host devices); a run's init is cheap anyway.
+    hparams = self._hparams()
+    states = [self._init(*self._replica_keys(seed), {k: v[:, r] for k, v in hparams.items()})
+              for r, seed in enumerate(self.runs.seeds)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *states)
+    return self._place(stacked)
+
+  def _place(self, state: AnakinState) -> AnakinState:
+    """`state` laid out as the step's outputs are (same axis name), so the step does not
+    compile again."""
+    return jax.pmap(lambda s: s, axis_name=REPLICA_AXIS, devices=self.pmap_devices)(state)
+
+  def _replica_keys(self, seed: int):
+    """Per device: the parameters' key (the same on all) and the replica's own key."""
+    nets_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
     first = jax.process_index() * self.topology.num_devices
     replica_keys = np.stack([np.asarray(jax.random.fold_in(run_key, first + i))
                              for i in range(self.topology.num_devices)])
-    nets_keys = np.stack([np.asarray(nets_key)] * self.topology.num_devices)
-    return self._init(nets_keys, replica_keys)
+    return np.stack([np.asarray(nets_key)] * self.topology.num_devices), replica_keys
 
-  def _init_replica(self, nets_key, key) -> AnakinState:
-    agent = self.agent
+  def _hparams(self) -> Dict[str, np.ndarray]:
+    """Each swept key's value per run, [devices, runs], as the program reads them."""
+    values = {k: np.asarray(v, np.float32 if isinstance(v[0], float) else np.int32)
+              for k, v in self.runs.values().items()}
+    return {k: np.stack([v] * self.topology.num_devices) for k, v in values.items()}
+
+  def _run_agent(self, hparams: Dict[str, Any]) -> Agent:
+    """The agent of one run: built with its swept values (traced), or the agent."""
+    return self._agent_for(hparams) if hparams else self.agent
+
+  def _init_run(self, nets_key, key, hparams) -> AnakinState:
+    return self._init_replica(nets_key, key, self._run_agent(hparams))
+
+  def _run_updates_of_run(self, state: AnakinState, hparams):
+    return self._run_updates(state, self._run_agent(hparams))
+
+  def _init_replica(self, nets_key, key, agent: Optional[Agent] = None) -> AnakinState:
+    agent = agent or self.agent
     env_key, actor_key, act_key, key = jax.random.split(key, 4)
     env_state, timestep = self.env.reset(env_key)
     actor_state = agent.init_actor(actor_key, self.num_envs_per_device)
@@ -162,9 +227,8 @@ class Anakin(Runtime):
         env=env_state, pending=pending, key=key)
     return strip_weak_types(state)
 
-  def _rollout(self, nets, env_state, pending: Trajectory, actor_state, key):
+  def _rollout(self, agent, nets, env_state, pending: Trajectory, actor_state, key):
     """`rollout_length` env steps: a [T+K, B] trajectory and the new last K entries."""
-    agent = self.agent
     overlap = pending.action.shape[0]
 
     def env_step(carry, step_key):
@@ -190,11 +254,10 @@ class Anakin(Runtime):
     pending = trajectories.last_entries(trajectory, overlap)
     return trajectory, env_state, pending, actor_state, episode_sums(stats, jnp)
 
-  def _update(self, state: AnakinState, _):
-    agent = self.agent
+  def _update(self, state: AnakinState, _, agent: Agent):
     key, rollout_key, update_key = jax.random.split(state.key, 3)
     trajectory, env_state, pending, actor_state, episodes = self._rollout(
-        state.agent.nets, state.env, state.pending, state.agent.actor, rollout_key)
+        agent, state.agent.nets, state.env, state.pending, state.agent.actor, rollout_key)
     experience = agent.observe(state.agent.experience, trajectory)
     nets, opt, experience, metrics = agent.update(state.agent.nets, state.agent.opt,
                                                   experience, update_key)
@@ -203,8 +266,9 @@ class Anakin(Runtime):
     agent_state = AgentState(actor=actor_state, nets=nets, opt=opt, experience=experience)
     return AnakinState(agent_state, env_state, pending, key), (metrics, episodes)
 
-  def _run_updates(self, state: AnakinState):
-    state, (metrics, episodes) = jax.lax.scan(self._update, state, None,
+  def _run_updates(self, state: AnakinState, agent: Optional[Agent] = None):
+    update = functools.partial(self._update, agent=agent or self.agent)
+    state, (metrics, episodes) = jax.lax.scan(update, state, None,
                                               length=self.updates_per_call)
     # Episodes are summed over replicas here so the host reads one number per update.
     episodes = jax.lax.psum(episodes, REPLICA_AXIS)
@@ -216,26 +280,32 @@ class Anakin(Runtime):
   def step(self, state: AnakinState):
     """Runs `updates_per_call` updates on every replica: the new state, the metrics as
     [U] numpy arrays and the episode sums [U, 3] (see `metrics.episode_sums`)."""
-    state, (metrics, episodes) = self._step(state)
+    state, (metrics, episodes) = self._step(state, *([self._hparams()] if self.runs else []))
     # Replicas agree after psum/pmean: read replica 0 only.
     metrics, episodes = jax.device_get(jax.tree.map(lambda x: x[0], (metrics, episodes)))
     return state, metrics, episodes
 
-  def _evaluator(self, evaluation: Any) -> Callable[[AnakinState, int], float]:
-    """`eval_return` of replica 0's parameters, on a fresh batch of environments."""
-    play = jax.jit(functools.partial(evaluation_lib.jax_return, self.agent,
-                                     VectorEnv(self.env.env, evaluation.episodes)))
-    return lambda state, env_steps: float(play(
-        jax.tree.map(lambda x: x[0], state.agent.nets), evaluation.key(env_steps)))
+  def _evaluator(self, evaluation: Any) -> Callable[[AnakinState, int], Any]:
+    """`eval_return` of replica 0's parameters, on a fresh batch of environments; with
+    many runs, a list of each run's (its own agent and parameters, the same key)."""
+    env = VectorEnv(self.env.env, evaluation.episodes)
+    if not self.runs:
+      play = jax.jit(functools.partial(evaluation_lib.jax_return, self.agent, env))
+      return lambda state, env_steps: float(play(
+          jax.tree.map(lambda x: x[0], state.agent.nets), evaluation.key(env_steps)))
+    hparams = jax.tree.map(lambda x: x[0], self._hparams())
+    play_run = lambda nets, hp, key: evaluation_lib.jax_return(
+        self._run_agent(hp), env, nets, key)
+    play = jax.jit(jax.vmap(play_run, in_axes=(0, 0, None)))
+    return lambda state, env_steps: [float(x) for x in play(
+        jax.tree.map(lambda x: x[0], state.agent.nets), hparams, evaluation.key(env_steps))]
 
   def _resume(self, state: AnakinState, checkpointer: Optional[Any]):
     """(state, first call): the latest checkpoint's, if any, else `state` and 0."""
     if checkpointer is None or checkpointer.latest() is None:
       return state, 0
     state, first_call = checkpointer.restore(state)
-    # Placed as `init` places it (same axis name), so the step does not compile again.
-    return jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
-                    devices=self.pmap_devices)(state), first_call
+    return self._place(state), first_call
 
   def run(self, logger, state: Optional[AnakinState] = None,
           checkpointer: Optional[Any] = None, evaluation: Optional[Any] = None
@@ -246,28 +316,16 @@ class Anakin(Runtime):
     state = self.init() if state is None else state
     evaluate = self._evaluator(evaluation) if evaluation is not None else None
     state, first_call = self._resume(state, checkpointer)
-    replay = self.agent.replay
-    counts = device_counts(replay, state.agent.experience)
-    meter = RateMeter(*counts) if counts else None
+    records = _CallRecords(self, evaluate, evaluation, state)
     done = first_call
     try:
       for call in range(first_call, self.num_calls):
         # The state may be donated to the step: SIGTERM waits for a whole call and its record.
         with preemption.deferred():
-          window = Window()
+          started = time.perf_counter()
           state, metrics, episodes = self.step(state)
-          # Each column summed alone, in float32, as the program's totals are kept.
-          window.add_steps(self.steps_per_call, np.ascontiguousarray(episodes.T).sum(axis=1))
-          window.metrics = metrics
-          env_steps = (call + 1) * self.steps_per_call
-          record = window.record(env_steps=env_steps,
-                                 updates=(call + 1) * self.updates_per_call)
-          if evaluate and evaluation.due(env_steps - self.steps_per_call, env_steps):
-            record["eval_return"] = evaluate(state, env_steps)
-          if meter:
-            record.update(meter.rates(*device_counts(replay, state.agent.experience)))
-          record.update(warming_up(record, replay))
-          logger.write(record, compile_step=(call == first_call))
+          records.write(logger, call, started, state, metrics, episodes,
+                        compile_step=(call == first_call))
           done = call + 1
           if checkpointer is not None:
             checkpointer.maybe_save(done, state, len(logger.records),
@@ -285,3 +343,71 @@ class Anakin(Runtime):
       checkpointer.save(done, state, len(logger.records),
                         env_steps=done * self.steps_per_call)
     return state
+
+
+class _CallRecords:
+  """Turns one call's metrics and episode sums into its records (one per run) and writes
+  them: replay rates and evaluation when due, warm-up fields, each run's labels."""
+
+  def __init__(self, anakin: Anakin, evaluate: Optional[Callable[..., Any]],
+               evaluation: Any, state: AnakinState):
+    self.anakin, self.evaluate, self.evaluation = anakin, evaluate, evaluation
+    self.replay = anakin.agent.replay
+    counts = device_counts(self.replay, state.agent.experience)
+    self.meter = RateMeter(*counts) if counts else None
+
+  def write(self, logger, call: int, started: float, state: AnakinState, metrics,
+            episodes, compile_step: bool) -> None:
+    anakin = self.anakin
+    steps = anakin.steps_per_call
+    env_steps = (call + 1) * steps
+    runs = anakin.runs
+    per_run = ([(metrics, episodes)] if not runs else
+               [jax.tree.map(lambda x, r=r: x[r], (metrics, episodes))
+                for r in range(runs.num_runs)])
+    evaluated = None
+    if self.evaluate and self.evaluation.due(env_steps - steps, env_steps):
+      evaluated = self.evaluate(state, env_steps)
+    rates = {}
+    if self.meter:  # Summed over runs by the counters: each run's share.
+      rates = {k: v / (1 if k == "sample_to_insert_ratio" else anakin.num_runs) for k, v in
+               self.meter.rates(*device_counts(self.replay, state.agent.experience)).items()}
+    records = []
+    for r, (run_metrics, run_episodes) in enumerate(per_run):
+      window = Window()
+      window.start = started
+      # Each column summed alone, in float32, as the program's totals are kept.
+      window.add_steps(steps, np.ascontiguousarray(run_episodes.T).sum(axis=1))
+      window.metrics = run_metrics
+      record = window.record(env_steps=env_steps, updates=(call + 1) * anakin.updates_per_call)
+      if evaluated is not None:
+        record["eval_return"] = evaluated[r] if runs else evaluated
+      record.update(rates)
+      record.update(warming_up(record, self.replay))
+      records.append({**runs.labels(r), **record} if runs else record)
+    if runs:
+      logger.write_runs(records, compile_step=compile_step)
+    else:
+      logger.write(records[0], compile_step=compile_step)
+
+
+def check_sweep_traces(runs: Runs, abstract_run: Callable[[Dict[str, Any]], Any]) -> None:
+  """Refuses, naming it, a swept key that the program cannot read as a traced value: one
+  that sets a shape, a count, a Python branch or a check made when a component is built."""
+  try:
+    jax.eval_shape(abstract_run, runs.values())
+    return
+  except Exception as error:  # pylint: disable=broad-except
+    first = error
+  for key, values in runs.values().items():
+    try:
+      jax.eval_shape(abstract_run, {key: values})
+    except Exception as error:  # pylint: disable=broad-except
+      raise ConfigError(
+          f"Config key `sweep.{key}` cannot be swept in one program: `{key}` is read when "
+          f"the program is built (a shape, a count, a branch or a check), not as a value "
+          f"inside it (tracing it raised {type(error).__name__}). Sweep it with separate "
+          "launches; "
+          "numbers such as learning rates, loss coefficients, discount and lambda can be "
+          "swept.") from None
+  raise first

@@ -130,6 +130,22 @@ def test_ppo_minatar_config_trains_on_a_minatar_game_through_the_adapter():
 
 
 @needs_gymnax
+def test_ppo_minatar_conv_config_puts_a_conv_torso_on_the_frame():
+  """The conv variant: the MinAtar paper's 3x3 conv of 16 on [10, 10, C], then 128."""
+  from agents.ppo import config as ppo_config  # pylint: disable=import-outside-toplevel
+  from podracer.testing import one_update  # pylint: disable=import-outside-toplevel
+  config = ppo_config.minatar_conv_anakin()
+  config.env.env_id = "Breakout-MinAtar"
+  config.topology.num_devices = 1
+  config.runtime.update(dict(num_envs_per_device=8, rollout_length=16, updates_per_call=1))
+  before, after, metrics = one_update(config)
+  assert before["torso/~features/conv"]["w"].shape == (3, 3, 4, 16)
+  assert before["torso/linear"]["w"].shape == (10 * 10 * 16, 128)
+  assert np.isfinite(metrics["loss"]).all()
+  assert not np.allclose(before["torso/linear"]["w"], after["torso/linear"]["w"])
+
+
+@needs_gymnax
 @pytest.mark.default_lane_only  # A learning test (and gymnax is in this lane alone).
 def test_ppo_learns_breakout_minatar_in_500k_env_steps():
   """PureJaxRL's MinAtar settings on Breakout-MinAtar, seed 0, 500k env steps (the

@@ -160,7 +160,31 @@ def _impala_features(module: ImpalaResNet, x: jax.Array) -> jax.Array:
   return x
 
 
-ATARI_TORSOS = {"impala": ImpalaResNet, "nature": NatureCNN}
+class MinAtarCNN(hk.Module):
+  """The MinAtar torso (Young & Tian 2019): one 3x3 conv of 16 channels (SAME, stride 1)
+  on the [10, 10, C] frame, relu, and a dense 128 with relu: small frames need no
+  striding."""
+
+  def __init__(self, channels_first: bool = False, hidden_size: int = 128,
+               name: Optional[str] = None):
+    super().__init__(name=name)
+    self._channels_first = channels_first
+    self._hidden_size = hidden_size
+
+  def features(self, x: jax.Array) -> jax.Array:
+    """The conv layer's map [B, H, W, 16] (Haiku names it under `~features`)."""
+    x = preprocess_image(x, self._channels_first)
+    x = Conv2D(16, 3, stride=1, padding="SAME", w_init=_orthogonal(), name="conv")(x)
+    return jax.nn.relu(x)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x = self.features(x)
+    x = jnp.reshape(x, (x.shape[0], -1))
+    x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
+    return jax.nn.relu(x)
+
+
+ATARI_TORSOS = {"impala": ImpalaResNet, "nature": NatureCNN, "minatar": MinAtarCNN}
 
 
 def check_image_torso(spec, torso: str, network: str) -> None:
