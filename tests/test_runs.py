@@ -194,12 +194,15 @@ def test_sixteen_runs_of_ppo_cartpole_each_reach_475_within_500k_env_steps():
   c.topology.num_devices = 1
   c.num_runs = 16
   c.checkpoint_interval = 0.0
+  # The program stops once every run has reached 475 (about 220K env steps each, 16 runs).
+  c.stop_at_return = 475.0
   result = builder.build(c).run(workdir=None, stream=None)
   reached = {}
   for r in result["records"]:
     if r.get("episode_return", 0.0) >= 475 and r["env_steps"] <= 500_000:
       reached.setdefault(r["run"], r["env_steps"])
   assert sorted(reached) == list(range(16)), reached
+  assert result["stopped_at_return"] == 475.0 and result["env_steps"] <= 500_000
 
 
 @pytest.mark.default_lane_only  # Each agent's own tests run in both lanes.

@@ -49,6 +49,30 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   return configs.anakin(c, num_envs_per_device=16, rollout_length=4, updates_per_call=64)
 
 
+def minatar_anakin() -> config_dict.ConfigDict:
+  """Double DQN on a MinAtar game in JAX (gymnax; the default lane), the MinAtar paper's
+  DQN (Young & Tian 2019) on Anakin: its torso (a 3x3 conv of 16 channels, a dense 128)
+  on the [10, 10, C] frame, discount 0.99, a replay of 100k transitions learning from
+  5k, uniform sampling, a target copy every 1,000 updates, epsilon annealed from 1 to
+  0.1 over the first 100k env steps (6,250 per environment of 16), Adam at the paper's
+  RMSProp rate 2.5e-4, 5M env steps; 3-step double targets. 16 environments x 4 steps
+  per update, 32 items of 4 transitions each (2 learned transitions per env step). The
+  game is `--config.env.env_id` (SpaceInvaders-, Breakout-, Asterix-, Freeway-MinAtar)."""
+  c = _base(total_env_steps=5_000_000)
+  c.env = configs.section("gymnax", env_id="SpaceInvaders-MinAtar",
+                          env_kwargs=config_dict.placeholder(dict),
+                          env_params=config_dict.placeholder(dict))
+  c.agent.update(dict(target_update_period=1_000, epsilon=0.1, epsilon_anneal_steps=6_250))
+  c.network = configs.section("q_network", torso="minatar", hidden_sizes=(),
+                              activation="relu", dueling=False, head_hidden_sizes=(),
+                              channels_first=False)
+  c.optimizer.learning_rate = 2.5e-4
+  c.replay = configs.replay("device", batch_size=32, max_size=25_000, min_size=1_250,
+                            samples_per_insert=2.0)
+  c.replay.priority_exponent = 0.0
+  return configs.anakin(c, num_envs_per_device=16, rollout_length=4, updates_per_call=64)
+
+
 def cartpole_sebulba() -> config_dict.ConfigDict:
   """cartpole_anakin's agent on EnvPool's CartPole-v1 under Sebulba: actors write items to
   the `host` replay (Reverb in the Reverb lane; `--config.replay.name=device` keeps it on
@@ -88,7 +112,7 @@ def atari_sebulba() -> config_dict.ConfigDict:
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
-           "atari_sebulba": atari_sebulba}
+           "atari_sebulba": atari_sebulba, "minatar_anakin": minatar_anakin}
 
 
 get_config = configs.getter("DQN", CONFIGS, default="cartpole_anakin")

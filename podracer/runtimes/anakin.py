@@ -234,7 +234,7 @@ class Anakin(Runtime):
     def env_step(carry, step_key):
       env_state, action, actor_state = carry
       env_state, timestep, stats = self.env.step(env_state, action)
-      if self._on_cpu:
+      if self._on_cpu and not self.runs:  # (jax 0.4's vmap has no rule for the barrier)
         # Without the barrier XLA:CPU fuses the auto-reset select into the first layer and
         # keeps the observation column-major, which moves that layer's dot off the fast
         # (YNN) kernels: 5-7% of a 4-env PPO CartPole program (benchmarks/anakin.py).

@@ -146,6 +146,25 @@ def test_ppo_minatar_conv_config_puts_a_conv_torso_on_the_frame():
 
 
 @needs_gymnax
+def test_dqn_minatar_config_learns_from_its_replay_on_a_minatar_game():
+  """The MinAtar paper's DQN settings build on the real game; once the replay holds
+  min_size items an update moves the conv torso (a smaller run: 8 envs, min 16 items)."""
+  from agents.dqn import config as dqn_config  # pylint: disable=import-outside-toplevel
+  from podracer.testing import one_update  # pylint: disable=import-outside-toplevel
+  config = dqn_config.minatar_anakin()
+  assert (config.network.torso, config.replay.max_size, config.agent.target_update_period,
+          config.optimizer.learning_rate) == ("minatar", 25_000, 1_000, 2.5e-4)
+  config.env.env_id = "Breakout-MinAtar"
+  config.topology.num_devices = 1
+  config.replay.min_size = 8
+  config.runtime.update(dict(num_envs_per_device=8, rollout_length=4, updates_per_call=1))
+  before, after, metrics = one_update(config)
+  assert before["torso/~features/conv"]["w"].shape == (3, 3, 4, 16)
+  assert np.isfinite(metrics["loss"]).all()
+  assert not np.allclose(before["torso/linear"]["w"], after["torso/linear"]["w"])
+
+
+@needs_gymnax
 @pytest.mark.default_lane_only  # A learning test (and gymnax is in this lane alone).
 def test_ppo_learns_breakout_minatar_in_500k_env_steps():
   """PureJaxRL's MinAtar settings on Breakout-MinAtar, seed 0, 500k env steps (the

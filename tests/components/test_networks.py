@@ -230,9 +230,9 @@ def test_registry_lookup_by_name():
 
 
 def test_unknown_torso_error_names_options():
-  with pytest.raises(ValueError, match=r"Unknown torso 'resnet'.*impala, nature"):
+  with pytest.raises(ValueError, match=r"Unknown torso .resnet.*impala, minatar, nature"):
     networks.atari_actor_critic(spec=_spec((4, 84, 84), 6, np.uint8), torso="resnet")
-  with pytest.raises(ConfigError, match=r"impala, nature"):
+  with pytest.raises(ConfigError, match=r"impala, minatar, nature"):
     registry.build(registry.networks, {"name": "atari_actor_critic", "torso": "resnet"},
                    key="network", spec=_spec((4, 84, 84), 6, np.uint8))
 
