@@ -79,7 +79,7 @@ class Experiment:
       logger.disk_failed = True  # The disk is full or failing: write nothing more.
       raise
     finally:
-      logger.close(title=_title(self.config))
+      logger.close(title=_title(self.config, self.runs))
       if checkpointer:
         checkpointer.close()
     summary = logger.summary()
@@ -129,8 +129,7 @@ def _log_options(config: Any) -> Dict[str, Any]:
   return {k: v for k, v in dict(log).items() if v is not None}
 
 
-def _title(config: Any) -> str:
-  runs = runs_lib.from_config(config)
+def _title(config: Any, runs: Optional[runs_lib.Runs] = None) -> str:
   seeds = f"seed {config.seed}"
   if runs:  # The swept values are in the legend.
     seeds = f"{runs.num_runs} runs, seeds {min(runs.seeds)}-{max(runs.seeds)}"
@@ -263,7 +262,7 @@ def build(config: Any, agent: Any = None) -> Experiment:
   guarded = guards.GuardedAgent(agent, nan_policy)
   many = {}
   if runs:
-    many = dict(runs=runs, agent_for=_agent_for(config, spec, plan.num_updates, nan_policy))
+    many = dict(runs=runs, agent_for=_agent_for(config, runs, spec, plan.num_updates, nan_policy))
   runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed, **many)
   return Experiment(config, runtime, agent, plan, runs)
 
@@ -281,10 +280,10 @@ def _runs(config: Any, runtime_cls: Any) -> Optional[runs_lib.Runs]:
   return runs
 
 
-def _agent_for(config: Any, spec: Any, total_updates: int, nan_policy: str):
+def _agent_for(config: Any, runs: runs_lib.Runs, spec: Any, total_updates: int,
+               nan_policy: str):
   """`values -> the agent of a run with those swept values`; each value is first built
   concretely here, so a value out of range is refused naming its key before tracing."""
-  runs = runs_lib.from_config(config)
   for key, values in runs.swept.items():
     for value in sorted(set(values)):
       try:

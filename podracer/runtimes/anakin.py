@@ -106,6 +106,7 @@ class Anakin(Runtime):
     # run's agent built by `agent_for` from its swept values (traced in the program).
     self.runs, self._agent_for = runs, agent_for
     self.num_runs = runs.num_runs if runs else 1
+    self._swept = self._hparams() if runs else None  # What each call passes its runs.
     # With several processes the pmap spans every process's devices (distributed.py).
     self.pmap_devices = devices = distributed.pmap_devices(topology.devices)
     self._on_cpu = all(d.platform == "cpu" for d in devices)
@@ -175,7 +176,7 @@ class Anakin(Runtime):
     # One call per run, stacked on a runs axis after the devices': XLA:CPU deadlocked on
     # a vmapped init over several devices (batched QR of orthogonal initialisers, jaxlib
     # 0.10: two in one program hang on 2+ host devices); a run's init is cheap anyway.
-    hparams = self._hparams()
+    hparams = self._swept
     states = [self._init(*self._replica_keys(seed), {k: v[:, r] for k, v in hparams.items()})
               for r, seed in enumerate(self.runs.seeds)]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *states)
@@ -280,7 +281,7 @@ class Anakin(Runtime):
   def step(self, state: AnakinState):
     """Runs `updates_per_call` updates on every replica: the new state, the metrics as
     [U] numpy arrays and the episode sums [U, 3] (see `metrics.episode_sums`)."""
-    state, (metrics, episodes) = self._step(state, *([self._hparams()] if self.runs else []))
+    state, (metrics, episodes) = self._step(state, *([self._swept] if self.runs else []))
     # Replicas agree after psum/pmean: read replica 0 only.
     metrics, episodes = jax.device_get(jax.tree.map(lambda x: x[0], (metrics, episodes)))
     return state, metrics, episodes
@@ -293,7 +294,7 @@ class Anakin(Runtime):
       play = jax.jit(functools.partial(evaluation_lib.jax_return, self.agent, env))
       return lambda state, env_steps: float(play(
           jax.tree.map(lambda x: x[0], state.agent.nets), evaluation.key(env_steps)))
-    hparams = jax.tree.map(lambda x: x[0], self._hparams())
+    hparams = jax.tree.map(lambda x: x[0], self._swept)
     play_run = lambda nets, hp, key: evaluation_lib.jax_return(
         self._run_agent(hp), env, nets, key)
     play = jax.jit(jax.vmap(play_run, in_axes=(0, 0, None)))
