@@ -142,11 +142,31 @@ def test_max_policy_lag_bounds_the_lag_of_every_trajectory(max_lag):
   assert sebulba_threads() == []
 
 
+def test_with_max_policy_lag_0_two_runs_of_a_seed_are_the_same():
+  """Acting and learning take turns, and each trajectory's ticket (the update that learns
+  from it) belongs to a fixed actor thread: two actor threads, the same records."""
+  runs = []
+  for _ in range(2):
+    config = ppo_config.cartpole_sebulba()
+    config.total_env_steps = 8_000
+    config.runtime.log_interval = 0.0  # a record per batch
+    config.runtime.max_policy_lag = 0
+    assert config.runtime.actor_threads_per_device == 2
+    records, _, _ = run_in_process(config)
+    kept = ("env_steps", "episode_return", "policy_loss", "value_loss", "policy_lag")
+    runs.append([{k: v for k, v in r.items() if k in kept} for r in records])
+  assert len(runs[0]) >= 8 and any("episode_return" in r for r in runs[0])
+  assert runs[0] == runs[1]
+
+
 def test_policy_lag_bound_queues_trajectories_in_ticket_order():
-  bound = PolicyLagBound(max_lag=1, first_update=5)
+  bound = PolicyLagBound(max_lag=1, first_update=5, producers=3)
   stop = threading.Event()
-  tickets = [bound.ticket() for _ in range(3)]
-  assert tickets == [5, 6, 7]
+  # Each producer's tickets are fixed: round robin from the first update.
+  each = [bound.tickets(p) for p in range(3)]
+  assert [next(each[p]) for p in (2, 0, 1, 0)] == [7, 5, 6, 8]
+  with pytest.raises(ValueError, match="producer 3 of 3"):
+    bound.tickets(3)
   order = []
 
   def hand_over(ticket):
@@ -298,11 +318,12 @@ def test_pong_config_builds_the_impala_papers_network_on_84x84_frames(agent):
 
 @pytest.mark.default_lane_only
 @pytest.mark.parametrize("agent", PONG_CONFIGS)
-def test_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown(agent):
-  """A smoke test, not learning. Frames and ResNet widths are shrunk so that 50k steps fit
-  the CPU's time (the full 84x84 network's shapes are checked above)."""
+def test_pong_runs_20k_steps_with_true_episode_stats_and_clean_shutdown(agent):
+  """A smoke test, not learning. Frames and ResNet widths are shrunk so that 20k steps fit
+  the CPU's time (the full 84x84 network's shapes are checked above); 20k steps over 6
+  environments end several games of a near-random policy in each (about 800 steps)."""
   config = PONG_CONFIGS[agent]()
-  config.total_env_steps = 50_000
+  config.total_env_steps = 20_000
   config.env.img_height = config.env.img_width = 36
   config.network.channels = (4, 8, 8)
   config.network.hidden_size = 32
@@ -314,7 +335,7 @@ def test_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown(agent):
     config.agent.num_epochs = 1  # 4 minibatch steps per update, not 16: a smoke test.
   records, (nets, _, experience), runtime = run_in_process(config)
 
-  assert records[-1]["env_steps"] >= 50_000
+  assert records[-1]["env_steps"] >= 20_000
   assert sebulba_threads() == []
   for key in SEBULBA_METRICS + ("policy_loss", "value_loss", "entropy"):
     assert key in records[-1], key
@@ -324,7 +345,7 @@ def test_pong_runs_50k_steps_with_true_episode_stats_and_clean_shutdown(agent):
   assert experience.timestep.observation.shape == (6, unroll, 1, 4, 36, 36)
   assert experience.timestep.observation.dtype == np.uint8
   episodes = [r for r in records if "episode_return" in r]
-  assert episodes, "no Pong game finished in 50k steps"
+  assert episodes, "no Pong game finished in 20k steps"
   for r in episodes:
     # Whole games: -21..21 points, and far longer than one point (episodic_life ends a
     # "life" at every lost point, which must not end the reported episode).

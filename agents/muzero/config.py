@@ -50,13 +50,11 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   targets of that noise (target entropy 0.02, policy loss 0.9); seed 0 then held a mean
   of 210 over the last 20% (best 375) against 428 (best 466) with visit counts.
 
-  8 gradient steps per update (2 samples of 256 per env step): with 4, seed 0 (under the
-  tests' 8-device flag) held 311 over the last 20% (best 346); with 8, 464 (best 500).
-  Bootstrapping from a target network (126) or 10-step targets (256) did worse.
-
-  The learning rate anneals to 0 over the run: not stable across seeds either way
-  (docs/muzero.md), but with it the last fifth held 147-465 over 7 runs of seeds 0-3,
-  without it 112-473 over 9."""
+  8 gradient steps of 256 per update of 16 x 32 env steps (4 samples per env step, as
+  `cartpole_sebulba`): seeds 0 and 1 (the tests' flags) reach 500 and hold 471 and 427
+  over the last 20 % of 500K (docs/muzero.md). With 32 environments (2 samples per env
+  step) the last fifth held 147-465 over 7 runs of seeds 0-3. Bootstrapping from a target
+  network or 10-step targets did worse; the learning rate anneals to 0 over the run."""
   c = _base(total_env_steps=500_000, support=20.0, num_bins=81)
   c.env = configs.section("cartpole")
   c.agent.update(dict(search="muzero", discount=0.997, num_simulations=16,
@@ -65,7 +63,7 @@ def cartpole_anakin() -> config_dict.ConfigDict:
                             samples_per_insert=None)
   c.replay.priority_exponent = 1.0
   c.optimizer.anneal = True
-  return configs.anakin(c, num_envs_per_device=32, rollout_length=32, updates_per_call=8)
+  return configs.anakin(c, num_envs_per_device=16, rollout_length=32, updates_per_call=8)
 
 
 def _atari_network(c: config_dict.ConfigDict, channels=(16, 32, 32)) -> None:
@@ -100,15 +98,18 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   the learner keeps a device replay and takes `runtime.updates_per_batch` updates per
   actor batch (the paper's batch split).
 
-  8 updates of 256 per batch of 16 x 32 env steps (4 samples per env step): seeds 0-2
-  reached 400 at 347K, 79K and 197K env steps; with 4, at 156K, never (best 106) and
-  407K, and seed 0 once failed in CI (Sebulba is not deterministic)."""
+  8 updates of 256 per batch of 16 x 32 env steps (4 samples per env step). Actors act
+  with the parameters of the last update (`max_policy_lag=0`: acting and learning take
+  turns), which makes the run deterministic for a seed: seed 0 reaches 400 at 227K env
+  steps and holds 471 over the last 20 % of 500K. Unbounded, seeds 0-2 reached 400 at
+  347K, 79K and 197K env steps, but seed 0 also failed to pass 150 in a CI run."""
   c = cartpole_anakin()
   c.agent.sgd_steps = 1
   c.replay.batch_size = 256
   c = configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=16,
                       rollout_length=32)
   c.runtime.updates_per_batch = 8
+  c.runtime.max_policy_lag = 0
   return c
 
 

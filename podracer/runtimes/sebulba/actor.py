@@ -165,7 +165,7 @@ class Actor:
   def __init__(self, agent: Agent, act: Callable[..., Any], env_factory: Callable[..., Any],
                device: jax.Device, index: int, seed: int, num_envs: int,
                rollout_length: int, store: ParamsStore, output: Any, restart: int = 0,
-               lag_bound: Optional[PolicyLagBound] = None,
+               lag_bound: Optional[PolicyLagBound] = None, producer: int = 0,
                fail_after_first_batch: bool = False, groups: int = 1):
     self.agent, self.act, self.device, self.store, self.output = (
         agent, act, device, store, output)
@@ -176,6 +176,7 @@ class Actor:
     # and actions rather than repeat the first run's.
     self.restart = restart
     self.lag_bound = lag_bound
+    self.tickets = None if lag_bound is None else lag_bound.tickets(producer)
     # The agent's scalars of its actors' state (R2D2's epsilon_mean), once a batch;
     # dropped after the first batch if it has none.
     metrics = getattr(agent, "actor_metrics", None)
@@ -239,7 +240,7 @@ class Actor:
       if self.lag_bound is None:
         params, version = self.store.get(self.device)
       else:
-        ticket = self.lag_bound.ticket()
+        ticket = next(self.tickets)
         fresh = self.store.get(self.device, ticket - self.lag_bound.max_lag, stop)
         if fresh is None:
           return

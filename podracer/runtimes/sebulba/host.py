@@ -183,7 +183,8 @@ class HostRuntime(Runtime):
     try:
       self._spawn_producers(group, store, output, restart=learner.progress.updates,
                             lag_bound=None if lag is None else PolicyLagBound(
-                                lag, first_update=learner.progress.updates))
+                                lag, first_update=learner.progress.updates,
+                                producers=self.producers))
       thread = group.spawn("learner", learner.run, state, group.stop)
       while (not group.stop.is_set() and thread.is_alive()
              and not (stops_early and logger.target_reached)):

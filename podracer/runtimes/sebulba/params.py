@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import jax
 import numpy as np
@@ -45,23 +46,26 @@ class PolicyLagBound:
   """Bounds the policy lag: the updates the learner has made since the parameters that
   acted a trajectory were pushed (runtime.max_policy_lag).
 
-  The learner takes one trajectory per update, in the order they are queued. So actors
-  take a ticket n per trajectory (n: the update that will learn from it), act with
-  parameters of version >= n - max_lag, and queue trajectories in ticket order. With
-  max_lag 1 the learner learns from trajectory n while the actors act trajectory n + 1
-  with its previous parameters: Cleanba's deterministic one-step lag; 0 alternates
-  acting and learning.
+  The learner takes one trajectory per update, in the order they are queued. So each
+  trajectory has a ticket n (the update that will learn from it), is acted with
+  parameters of version >= n - max_lag, and is queued in ticket order. Producer i of P
+  holds tickets i, i + P, i + 2P, ... (from the first update), the same in every run.
+  With max_lag 1 the learner learns from trajectory n while the actors act trajectory
+  n + 1 with its previous parameters: Cleanba's one-step lag; 0 alternates acting and
+  learning, and then trajectory n is always acted by the same producer with version n,
+  so the run is the same every time.
   """
 
-  def __init__(self, max_lag: int, first_update: int):
-    self.max_lag = max_lag
+  def __init__(self, max_lag: int, first_update: int, producers: int = 1):
+    self.max_lag, self.producers, self.first_update = max_lag, producers, first_update
     self._turn = threading.Condition()
-    self._next_ticket = self._next_queued = first_update
+    self._next_queued = first_update
 
-  def ticket(self) -> int:
-    with self._turn:
-      self._next_ticket += 1
-      return self._next_ticket - 1
+  def tickets(self, producer: int) -> Iterator[int]:
+    """Producer `producer`'s tickets (0 <= producer < producers), in order."""
+    if not 0 <= producer < self.producers:
+      raise ValueError(f"producer {producer} of {self.producers}")
+    return itertools.count(self.first_update + producer, self.producers)
 
   def wait_turn(self, ticket: int, stop: threading.Event) -> bool:
     """Waits until every earlier ticket's trajectory is queued; False if stopped."""

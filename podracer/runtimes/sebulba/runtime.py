@@ -105,6 +105,7 @@ class Sebulba(HostRuntime):
         actor = Actor(self.agent, self._act, self.env_factory, device, index, self.seed,
                       options.num_envs_per_actor, options.rollout_length, store, output,
                       restart=restart, lag_bound=lag_bound,
+                      producer=j * options.actor_threads_per_device + i,
                       fail_after_first_batch=options.inject_failure == "actor" and index == 0,
                       groups=2 if options.env_mode == "async" else 1)
         group.spawn(f"actor-{device.id}-{i}", actor.run, group.stop)
