@@ -110,15 +110,29 @@ def q_diagnostics(out: Dict[str, jax.Array], priorities: jax.Array,
               priority_max=jnp.max(priorities), learning=jnp.float32(1.0))
 
 
+def sampled_age(replay: Any, experience: PyTree, sample: Any,
+                overlap: int) -> Dict[str, jax.Array]:
+  """`sampled_age`: env steps taken since the sampled items were inserted, mean over the
+  batch, for a replay that knows its items' ages (the device replay; a host replay's
+  runtime adds it on the host). An item is one environment's stretch of T new steps
+  (its [T + overlap] entries), so each later item stands for T env steps."""
+  ages = getattr(replay, "ages", None)
+  if ages is None:
+    return {}
+  new_steps = jax.tree.leaves(sample.items.timestep)[0].shape[1] - overlap
+  return dict(sampled_age=jnp.mean(ages(experience, sample).astype(jnp.float32)) * new_steps)
+
+
 def replay_q_update(objectives: Sequence[Objective], replay: Any, nets: PyTree,
                     opt: TargetState, experience: PyTree, key: jax.Array, *,
                     importance_sampling_exponent: float, priority_eta: float,
-                    target_update_period: int, tx_pair: rlax.TxPair
+                    target_update_period: int, tx_pair: rlax.TxPair, overlap: int = 0
                     ) -> Tuple[PyTree, TargetState, PyTree, Dict[str, jax.Array]]:
   """One learner update from a prioritized replay (an `Agent.update`); nothing but the
   replay's size while it holds fewer than it samples from. The objectives' loss takes
   (items, importance weights [B], target parameters) and returns the `q_learning`
-  loss's outputs: `abs_td` and `mask` [T, B], `q` [T, B, A], `target` [T, B]."""
+  loss's outputs: `abs_td` and `mask` [T, B], `q` [T, B, A], `target` [T, B]. `overlap`:
+  the entries an item repeats of the one before (the agent's `trajectory_overlap`)."""
   def learn(args):
     nets, opt, experience = args
     sample = replay.sample(experience, key)
@@ -128,11 +142,13 @@ def replay_q_update(objectives: Sequence[Objective], replay: Any, nets: PyTree,
     priorities = sequence_priorities(out["abs_td"], out["mask"], priority_eta)
     experience = replay.update_priorities(experience, sample, priorities)
     metrics = q_diagnostics(out, priorities, tx_pair)
+    metrics.update(sampled_age(replay, args[2], sample, overlap))
     opt = update_target(opt, optimizer, nets, period=target_update_period)
     return (nets, opt, experience), metrics
 
   def wait(args):
-    return args, {k: jnp.float32(0.0) for k in DIAGNOSTICS}
+    keys = DIAGNOSTICS + (("sampled_age",) if hasattr(replay, "ages") else ())
+    return args, {k: jnp.float32(0.0) for k in keys}
 
   (nets, opt, experience), metrics = jax.lax.cond(
       replay.can_sample(experience), learn, wait, (nets, opt, experience))
@@ -183,4 +199,4 @@ class QLearningAgent(Agent):
                            importance_sampling_exponent=self.importance_sampling_exponent,
                            priority_eta=self.priority_eta,
                            target_update_period=self.target_update_period,
-                           tx_pair=self.q_loss.tx_pair)
+                           tx_pair=self.q_loss.tx_pair, overlap=self.trajectory_overlap)

@@ -71,8 +71,13 @@ def test_one_update_learns_once_the_replay_can_sample_and_reports_its_diagnostic
   state, metrics, _ = experiment.runtime.step(state)
   learning = np.asarray(metrics["learning"])
   assert learning.max() == 1.0
-  for key in ("q_mean", "target_mean", "td_error_abs", "priority_mean", "replay_size"):
+  for key in ("q_mean", "target_mean", "td_error_abs", "priority_mean", "replay_size",
+              "sampled_age"):
     assert np.all(np.isfinite(np.asarray(metrics[key]))), key
+  # At most 128 items in, each of `rollout_length` new env steps: the mean age of a
+  # draw lies between 0 and that.
+  age = np.asarray(metrics["sampled_age"])[np.asarray(metrics["learning"]) > 0]
+  assert np.all((age > 0) & (age < 128 * config.runtime.rollout_length)), age
 
 
 @pytest.mark.default_lane_only  # No Reverb and nothing version-specific: a learning test.

@@ -132,6 +132,22 @@ def test_priorities_set_what_is_drawn_and_the_probabilities_reported():
   np.testing.assert_allclose(probabilities[0], 1.0 / (replay._held - 2), rtol=1e-5)
 
 
+def test_sampled_age_counts_the_env_steps_inserted_after_the_sampled_items():
+  rng = np.random.default_rng(3)
+  items = _items(*_streams(rng, 2, 30), 2, 4, start_id=0)  # 7 inserts of 2 rows
+  replay = HostReplay(batch_size=512, max_size=100, priority_exponent=0.0, seed=4)
+  replay.start(_spec(items[0]), overlap=2)
+  for item in items:
+    replay.insert(item)
+  got, keys, _, _ = replay.sample_batch()
+  # Item id i was the (i+1)-th inserted, each of 4 new env steps of one environment.
+  newest = 2 * len(items) - 1
+  ages = (newest - got.actor_state[:, 0]) * 4
+  assert replay.sampled_age(keys) == pytest.approx(float(np.mean(ages)))
+  assert replay.sampled_age(keys[:1]) == ages[0]
+  assert 0 < replay.sampled_age(keys) < newest * 4
+
+
 def test_rate_limiter_holds_samples_and_inserts_to_samples_per_insert():
   rng = np.random.default_rng(2)
   items = _items(*_streams(rng, 2, 60), 2, 2, start_id=0)

@@ -452,6 +452,14 @@ class HostReplay(SampledBatch):
       self._cond.notify_all()
     return items, self._serial[slots].copy(), probabilities, size
 
+  def sampled_age(self, keys: np.ndarray) -> float:
+    """Env steps taken since the items `keys` (from `sample_batch`) were inserted, mean
+    over them: each chunk inserted after an item's last one is `new_steps` env steps of
+    one environment (0: the newest item)."""
+    with self._cond:
+      newest = self._next_serial - 1
+    return float(np.mean(newest - np.asarray(keys, np.int64))) * self.new_steps
+
   def _keys_stored(self, chains: np.ndarray) -> np.ndarray:
     """Whether the keys these items' steps rebuild their stacks from are still stored."""
     own = self._addresses(chains, np.arange(-self.overlap, self.new_steps))

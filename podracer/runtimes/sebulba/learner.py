@@ -97,6 +97,9 @@ class FromReplay:
     # Until the replay first holds min_size items (a replay never shrinks below it);
     # after that `next` asks it nothing more (Reverb's info() is a call to its server).
     self.warming_up = True
+    # Mean env steps since the sampled items were inserted, per batch since the last
+    # record; from a replay that can tell (the host replay: `sampled_age`).
+    self._ages: List[float] = []
     self._learn = jax.pmap(compile_once(self._learn_replica,
                                         "The Sebulba replay learner step"),
                            axis_name=REPLICA_AXIS, devices=distributed.pmap_devices(learners),
@@ -123,6 +126,9 @@ class FromReplay:
       items, keys, probabilities, size = self.replay.sample_batch(self.replay.batch_size * n)
     except ReplayTimeout:
       return Step(None, arrived)
+    sampled_age = getattr(self.replay, "sampled_age", None)
+    if sampled_age is not None:
+      self._ages.append(sampled_age(keys))
     sample = sample_for_replicas(items, probabilities, size, n)
     return Step((shard_over(self.learners, sample), keys), arrived)
 
@@ -140,6 +146,9 @@ class FromReplay:
                   **self.meter.rates(info["replay_inserts"], info["replay_samples"]))
     if "replay_bytes" in info:  # Memory the replay holds (the host replay reports it).
       extras["replay_bytes"] = info["replay_bytes"]
+    if self._ages:
+      extras["sampled_age"] = float(np.mean(self._ages))
+      self._ages.clear()
     return extras
 
 
