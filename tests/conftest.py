@@ -5,6 +5,8 @@ test module imports JAX.
 """
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -14,6 +16,17 @@ _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}=8".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# One persistent XLA compilation cache for the session, shared with the processes tests
+# start (they inherit the environment): most of the suite's time is compiling, and many
+# tests compile the same programs (a relaunch, a second seed, the same config in another
+# module, whose compiled programs `_release_compiled_programs` frees). A cached program
+# is the same executable, so results do not change; the key includes XLA_FLAGS.
+_XLA_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _XLA_CACHE = tempfile.mkdtemp(prefix="podracer-tests-xla-cache-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 # The fixtures podracer ships for users' tests (podracer/testing_fixtures.py).
 pytest_plugins = ["podracer.testing_fixtures"]
@@ -30,6 +43,12 @@ def pytest_configure(config):
   config.addinivalue_line(
       "markers", f"{DEFAULT_LANE_ONLY}: a long learning test that touches neither Reverb "
       "nor version-specific code; the reverb lane deselects it (tests/conftest.py).")
+
+
+def pytest_unconfigure(config):
+  del config
+  if _XLA_CACHE is not None:
+    shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
