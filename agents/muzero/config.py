@@ -100,9 +100,9 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
 
   8 updates of 256 per batch of 16 x 32 env steps (4 samples per env step). Actors act
   with the parameters of the last update (`max_policy_lag=0`: acting and learning take
-  turns), which makes the run deterministic for a seed: seed 0 reaches 400 at 227K env
-  steps and holds 471 over the last 20 % of 500K. Unbounded, seeds 0-2 reached 400 at
-  347K, 79K and 197K env steps, but seed 0 also failed to pass 150 in a CI run."""
+  turns), which makes the run deterministic for a seed: seed 0 reaches 299 and holds 180
+  over the last 20 % of 500K. Unbounded, seeds 0-2 reached 400 at 347K, 79K and 197K
+  env steps, but seed 0 also failed to pass 150 in a CI run."""
   c = cartpole_anakin()
   c.agent.sgd_steps = 1
   c.replay.batch_size = 256
