@@ -137,6 +137,7 @@ SEBULBA = ["--config=agents/ppo/config.py:cartpole_sebulba",
            "--config.optimizer.learning_rate=1e-3", "--config.checkpoint_interval=1"]
 
 
+@pytest.mark.default_lane_only  # The lane resumes Sebulba from its Reverb table instead.
 def test_sebulba_resumes_its_learner_and_counters_after_sigterm(tmp_path):
   pytest.importorskip("orbax.checkpoint")
   run_dir = tmp_path / "run"

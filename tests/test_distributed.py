@@ -83,6 +83,7 @@ def test_anakin_two_processes_of_four_devices_match_one_of_eight(tmp_path):
   assert result(log)["final_episode_return"] == two[-1]["episode_return"]
 
 
+@pytest.mark.default_lane_only  # A learning test; the lane runs Anakin's two processes.
 def test_sebulba_two_processes_reach_450_and_end_with_identical_parameters(tmp_path):
   # cartpole_sebulba as configured (seed 0, 1 M env steps), on 2 processes of 1 actor +
   # 1 learner device; the processes agree to stop once process 0's return passes 450.

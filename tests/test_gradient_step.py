@@ -175,7 +175,8 @@ def get_config(name):
 """
 
 
-@pytest.mark.parametrize("runtime", ["anakin", "sebulba"])
+@pytest.mark.parametrize("runtime", ["anakin", pytest.param(
+    "sebulba", marks=pytest.mark.default_lane_only)])  # gradient_step's check, in both.
 def test_a_loss_that_returns_a_vector_exits_2_naming_the_objective_and_shape(tmp_path, runtime):
   from tests.test_launch import launch
   config = tmp_path / "vector_loss.py"

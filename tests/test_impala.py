@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import optax
+import pytest
 
 from agents.impala import IMPALA
 from agents.impala.config import cartpole_anakin
@@ -18,6 +19,7 @@ def best_return_by(records, env_steps):
   return max(returns) if returns else float("-inf")
 
 
+@pytest.mark.default_lane_only  # A learning test; IMPALA's unit tests run in both lanes.
 def test_impala_cartpole_anakin_reaches_450_within_its_env_steps():
   config = cartpole_anakin()
   config.topology.num_devices = 1

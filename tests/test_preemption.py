@@ -66,7 +66,8 @@ def alive(pid):
   return state != "Z"
 
 
-@pytest.mark.parametrize("case", ["anakin", "sebulba_envpool", "sebulba_gymnasium"])
+@pytest.mark.parametrize("case", ["anakin", "sebulba_envpool", pytest.param(
+    "sebulba_gymnasium", marks=pytest.mark.default_lane_only)])  # Reverb lane: one per runtime.
 def test_sigterm_stops_within_10s_writes_outputs_and_exits_143(case, tmp_path):
   if case == "sebulba_gymnasium":
     config = tmp_path / "gymnasium_config.py"

@@ -383,6 +383,7 @@ def test_r2d2_atari_host_replay_holds_at_most_1_25_frames_per_env_step_at_full_s
   assert agent.replay.max_size * 85 * 4 * frame > 7.5 * needed
 
 
+@pytest.mark.default_lane_only  # The host replay: no Reverb; the lane traces R2D2's Atari update.
 def test_r2d2_atari_host_replay_at_papers_capacity_runs_20k_env_steps_of_36x36_frames():
   """The paper's replay capacity (100k sequences, 4M observations) on this CPU machine:
   the replay allocates what it fills. A small network and batch keep the test short."""

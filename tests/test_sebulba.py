@@ -249,9 +249,11 @@ def test_async_env_mode_refuses_environments_without_send_and_recv(tmp_path):
 
 # -- learning: mean return >= 450 within 2M env steps ---------------------------------
 
-# PPO on 8 devices: the 2M-step test below. The reverb lane runs PPO's case only.
+# PPO on 8 devices: the 2M-step test below. Learning tests: the default lane's (the reverb
+# lane runs Sebulba's shorter tests: signals, faults, checkpoints, Reverb).
 LEARNING_CASES = [
-    pytest.param("ppo", ppo_config.cartpole_sebulba, "1 device", id="ppo-1_device"),
+    pytest.param("ppo", ppo_config.cartpole_sebulba, "1 device", id="ppo-1_device",
+                 marks=pytest.mark.default_lane_only),
     pytest.param("impala", impala_config.cartpole_sebulba, "8 devices", id="impala-8_devices",
                  marks=pytest.mark.default_lane_only),
     pytest.param("impala", impala_config.cartpole_sebulba, "1 device", id="impala-1_device",

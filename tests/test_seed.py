@@ -564,6 +564,7 @@ def _start_long_run(tmp_path, *extra):
   return process
 
 
+@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
 def test_sigterm_stops_the_run_and_its_workers_with_a_checkpoint(tmp_path):
   process = _start_long_run(tmp_path)
   assert len(worker_processes()) == 4
