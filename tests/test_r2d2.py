@@ -207,34 +207,28 @@ def _catch(num_devices):
   return config
 
 
-@pytest.mark.parametrize("replay", [
-    "reverb", pytest.param("host", marks=pytest.mark.default_lane_only)])
-def test_r2d2_sebulba_cartpole_reaches_250_and_keeps_150_over_the_last_fifth(replay):
-  """The same agent under Sebulba, replaying through Reverb (its own lane) or in host
-  memory: EnvPool CartPole-v1, seed 0, one try, the whole 500k env steps. The mean
-  episode return (the actors' own, exploration included) reaches 250, and its mean over
-  the last 20 % of the run is at least 150: it learned, and did not fall back to where
-  it started.
+@pytest.mark.parametrize("replay,held_at_least", [
+    ("reverb", 250.0), pytest.param("host", 400.0, marks=pytest.mark.default_lane_only),
+    pytest.param("device", 400.0, marks=pytest.mark.default_lane_only)])
+def test_r2d2_sebulba_cartpole_holds_its_return_over_the_last_fifth(replay, held_at_least):
+  """The same agent under Sebulba, replaying through Reverb (its own lane), in host
+  memory or on the learner device: EnvPool CartPole-v1, seed 0, one try, the whole 500k
+  env steps. The mean episode return (the actors' own, exploration included) reaches
+  450, and its mean over the last 20 % of the run holds: it learned, and did not fall
+  back.
 
-  With a host replay the learner samples while the actors insert, so no two runs are
-  the same, nor a seed's outcome. Until the n-step targets bootstrapped at CartPole's
-  time limit, runs reached 500 and fell back (last-20 % means of 120-370). With them,
-  seeds 0-4 of the `host` replay held 499, 468, 500, 281, 499, and a CI run of this test
-  (host, seed 0) 215 (docs/agents.md). 400 is the aim (issue 23), asserted of the device
-  replay below, whose runs are deterministic; the bars here are what one try has always
-  passed. The defect itself has a test of its own (a time limit's bootstrap, above).
+  Acting and learning take turns (`max_policy_lag=0`), one update of 64 per trajectory
+  of 12 sequences with every replay. With the host and device replays a run is the
+  same every time: seed 0 holds 500 (host) and 449 (device; seeds 1-4 in
+  docs/agents.md), and the test asks issue 23's 400. Reverb samples with a generator of
+  its own that cannot be seeded, so each of its runs is another draw (one here held over
+  400); over the host replay's seeds 0-4 the lowest was 311, so it asks 250. Until the n-step targets bootstrapped at
+  CartPole's time limit, runs reached 500 and fell back (last-20 % means of 120-370);
+  that defect has a test of its own (above).
   """
   best, held = _sebulba_cartpole(replay)
-  assert best >= 250 and held >= 150, f"best mean return {best:.1f}, last-20% {held:.1f}"
-
-
-@pytest.mark.default_lane_only
-def test_r2d2_sebulba_cartpole_with_the_device_replay_holds_400_over_the_last_fifth():
-  """The replay on the learner device and `max_policy_lag=0` (acting and learning take
-  turns): the run is the same every time. Seed 0, one try, the whole 500k: held 468
-  (seeds 1, 2: 488, see docs/agents.md)."""
-  best, held = _sebulba_cartpole("device", max_policy_lag=0)
-  assert best >= 450 and held >= 400, f"best mean return {best:.1f}, last-20% {held:.1f}"
+  assert best >= 450 and held >= held_at_least, (
+      f"best mean return {best:.1f}, last-20% {held:.1f}")
 
 
 def _sebulba_cartpole(replay, **runtime):
@@ -244,7 +238,7 @@ def _sebulba_cartpole(replay, **runtime):
   if replay == "reverb":
     requires_reverb()
   defaults = r2d2_config.cartpole_sebulba()
-  assert defaults.replay.name == "reverb"
+  assert defaults.replay.name == "reverb" and defaults.runtime.max_policy_lag == 0
   assert defaults.seed == 0 and defaults.total_env_steps == 500_000
   config = one_device(r2d2_config.cartpole_sebulba())
   config.replay.name = replay
@@ -264,9 +258,10 @@ def _sebulba_cartpole(replay, **runtime):
 def _check_diagnostics(records, config, replay):
   learned = [r for r in records if r.get("learning", 0) > 0]
   assert learned and all(np.isfinite(r["loss"]) and r["priority_mean"] > 0 for r in learned)
-  if replay != "reverb":  # Env steps since the sampled items went in, within capacity.
-    capacity = config.replay.max_size * config.runtime.rollout_length
-    assert all(0 < r["sampled_age"] <= capacity for r in learned[1:]), learned[-1]
+  # Env steps since the sampled items went in, within the replay's capacity (Reverb's
+  # embedded server too: its items carry their serials).
+  capacity = config.replay.max_size * config.runtime.rollout_length
+  assert all(0 < r["sampled_age"] <= capacity for r in learned[1:]), learned[-1]
   # Values in return units (h-space values stay under 10): CartPole pays 1 a step, so
   # late values are tens of steps' worth, below the horizon's 1 / (1 - discount).
   assert all(r["q_max"] >= r["q_mean"] for r in learned)

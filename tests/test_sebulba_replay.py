@@ -10,6 +10,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from agents.r2d2 import config as r2d2_config
 from podracer import registry
@@ -95,6 +96,7 @@ class MemoryReplay:
 def test_actors_insert_sequences_and_the_learner_writes_priorities_back():
   config = one_device(r2d2_config.cartpole_sebulba())
   config.replay = dict(name="test_memory", batch_size=16, max_size=2000, min_size=64)
+  config.runtime.max_policy_lag = None  # The learner samples while the actors insert.
   config.total_env_steps = 20_000
   config.runtime.log_interval = 0.5
   records, _, runtime = run_in_process(config)
@@ -133,6 +135,7 @@ def test_a_host_replay_warming_up_writes_records_and_a_run_that_ends_there_says_
   did and how full the replay is; a run whose budget ends first keeps them all."""
   config = one_device(r2d2_config.cartpole_sebulba())
   config.replay = dict(name="test_memory", batch_size=16, max_size=5000, min_size=4000)
+  config.runtime.max_policy_lag = None  # The learner samples while the actors insert.
   config.total_env_steps = 8_000  # about 800 sequences of 10 steps: short of 4000
   config.runtime.log_interval = 0.1
   records, _, _ = run_in_process(config)
@@ -169,3 +172,56 @@ def test_a_run_ending_in_warm_up_exits_0_with_one_line_saying_how_far_the_replay
   # The budget (5,040: 42 batches of 120) holds while the replay fills, give or take
   # what the actors step between two of the learner's counts (it once overshot by 80 %).
   assert 5_040 <= json.loads(lines[-1])["env_steps"] <= 1.25 * 5_040
+
+
+def _host_replay_in_turns(total_env_steps):
+  config = one_device(r2d2_config.cartpole_sebulba())
+  config.replay.name = "host"
+  config.replay.min_size = 64
+  config.runtime.max_policy_lag = 0
+  config.total_env_steps = total_env_steps
+  config.runtime.log_interval = 0.0  # a record per turn
+  assert config.runtime.actor_threads_per_device == 2
+  return config
+
+
+def test_with_a_host_replay_and_max_policy_lag_0_two_runs_are_the_same():
+  """Each trajectory goes into the replay, then the learner takes the updates its
+  `samples_per_insert` allows, then the next is acted with the new parameters: two
+  actor threads, the same records and the same sampled batches twice."""
+  runs = []
+  for _ in range(2):
+    config = _host_replay_in_turns(6_000)
+    records, _, runtime = run_in_process(config)
+    kept = ("env_steps", "updates", "episode_return", "loss", "priority_mean",
+            "policy_lag", "gradient_steps")  # replay_size: read as the next goes in
+    runs.append([{k: v for k, v in r.items() if k in kept} for r in records])
+  per_turn = config.runtime.num_envs_per_actor * config.runtime.rollout_length
+  assert len(runs[0]) == 6_000 // per_turn and runs[0] == runs[1]
+  learned = [r for r in runs[0] if "loss" in r]
+  assert learned and all(r["policy_lag"] == 0 for r in runs[0])
+  # Turns count trajectories; gradient steps are what samples_per_insert allows, to
+  # within one batch: 4 samples per inserted item beyond the 64 the replay needs first.
+  last = runs[0][-1]
+  assert last["updates"] == 6_000 // per_turn
+  items = last["updates"] * config.runtime.num_envs_per_actor
+  allowed = config.replay.samples_per_insert * (items - config.replay.min_size)
+  assert 0 <= allowed - last["gradient_steps"] * config.replay.batch_size < config.replay.batch_size
+  assert sebulba_threads() == [] and runtime.agent.replay.info()["replay_samples"] > 0
+
+
+@pytest.mark.parametrize("change,named", [
+    (dict(max_policy_lag=1), "is 0 (acting and learning take turns) or None here; got 1"),
+    (dict(samples_per_insert=None), "--config.replay.samples_per_insert=1.0"),
+    # A trajectory's 12 sequences at 64 / 12 samples each, and a batch of 64 left.
+    (dict(error_buffer=60.0), "--config.replay.error_buffer=128"),
+])
+def test_a_host_replay_refuses_a_lag_it_cannot_keep_at_build(change, named):
+  from podracer import builder
+  from podracer.errors import ConfigError
+  config = _host_replay_in_turns(6_000)
+  for key, value in change.items():
+    (config.runtime if key == "max_policy_lag" else config.replay)[key] = value
+  with pytest.raises(ConfigError) as e:
+    builder.build(config)
+  assert named in " ".join(str(e.value).split())

@@ -327,6 +327,41 @@ def test_checkpoint_then_a_new_replay_restores_the_items(tmp_path):
     second.close()
 
 
+def test_sampled_age_counts_the_items_inserted_since_and_goes_on_after_a_restore(tmp_path):
+  """Each item carries its serial (items this process inserted before it): the embedded
+  server's sampled_age is the mean count of items inserted since, times the env steps an
+  item adds (1 for these); a replay joined by address cannot tell (other processes may
+  insert), and a restored table's serials go on from its insert count."""
+  requires_reverb()
+  directory = str(tmp_path / "reverb")
+  first = ReverbReplay(batch_size=64, checkpoint_dir=directory, timeout=5.0)
+  first.start(item_spec())
+  joined = ReverbReplay(batch_size=8, address=first.address, timeout=5.0)
+  try:
+    first.insert(make_items(range(6)))
+    first.insert(make_items(range(6, 10)))
+    items, keys, _, _ = first.sample_batch()
+    ids = check_items(items, 64)
+    assert first.sampled_age(keys) == pytest.approx(float(np.mean(9 - ids)))
+    assert 0 < first.sampled_age(keys) < 9
+    joined.start(item_spec())
+    _, joined_keys, _, _ = joined.sample_batch()
+    assert joined.sampled_age(joined_keys) is None
+    first.checkpoint()
+  finally:
+    joined.close()
+    first.close()
+  second = ReverbReplay(batch_size=64, checkpoint_dir=directory, timeout=5.0)
+  second.start(item_spec())
+  try:
+    second.insert(make_items(range(10, 12)))  # serials 10 and 11
+    items, keys, _, _ = second.sample_batch()
+    ids = check_items(items, 64)
+    assert second.sampled_age(keys) == pytest.approx(float(np.mean(11 - ids)))
+  finally:
+    second.close()
+
+
 def test_joining_a_server_without_the_table_or_without_a_server_fails_clearly():
   requires_reverb()
   host = ReverbReplay(batch_size=2, timeout=5.0)

@@ -8,7 +8,9 @@ The server is either embedded (`address=None`: `start()` runs one in this proces
 `port` or a free one) or standalone (`address="host:port"`, started beforehand with
 `python -m podracer.components.replay.reverb_server`), which lets several processes
 share one table. Items are PyTrees of arrays; Reverb stores each as the flat list of its
-leaves, and `sample_batch` rebuilds the PyTree given to `start`.
+leaves and, last, the item's serial (the items this process had inserted before it), and
+`sample_batch` rebuilds the PyTree given to `start`. With the embedded server the serials
+give `sampled_age` (env steps since the sampled items went in).
 
 Waits are bounded by `timeout`. A call held back longer by the rate limiter raises
 `ReplayTimeout` (the server is up: retry it, unless the run is stopping); a server that
@@ -155,6 +157,8 @@ class ReverbReplay(SampledBatch):
     self._specs: List[Tuple[Tuple[int, ...], np.dtype]] = []
     self._closed = False
     self._lock = threading.Lock()
+    self._inserted = 0  # items this process inserted: the next one's serial
+    self._new_steps = 1  # env steps of one environment that an item adds
     # Per calling thread: a client, a writer and the call a ReplayTimeout left pending.
     self._local = threading.local()
 
@@ -169,9 +173,11 @@ class ReverbReplay(SampledBatch):
     """Starts (embedded) or joins (`address`) the server; `item_spec` is ONE item.
 
     Reverb stores every item whole, so consecutive items' `overlap` shared steps are
-    stored twice (its chunk compression shrinks them); the argument is not used.
+    stored twice (its chunk compression shrinks them); the argument only says how many
+    env steps an item adds (for `sampled_age`).
     """
-    del overlap
+    if hasattr(item_spec, "timestep"):  # A sequence: its steps less those it repeats.
+      self._new_steps = int(item_spec.timestep.step_type.shape[0]) - overlap
     reverb = import_reverb()
     leaves, treedef = jax.tree_util.tree_flatten(item_spec)
     if not leaves:
@@ -194,6 +200,8 @@ class ReverbReplay(SampledBatch):
                                    checkpoint_dir=self.checkpoint_dir)
         self._address = f"localhost:{self._server.port}"
       tables = self._table_infos("start")
+      if self._server is not None and self.table in tables:  # Resumed: serials go on.
+        self._inserted = int(tables[self.table].rate_limiter_info.insert_stats.completed)
       if self.table not in tables:
         raise ConfigError(
             f"The Reverb server at {self._address} has no table '{self.table}' (config "
@@ -217,9 +225,11 @@ class ReverbReplay(SampledBatch):
       n = leaves[0].shape[0]
       priorities = self._insert_priorities(priorities, n)
       writer = self._writer()
+      with self._lock:
+        first, self._inserted = self._inserted, self._inserted + n
       try:
         for i in range(n):
-          writer.append([leaf[i] for leaf in leaves])
+          writer.append([leaf[i] for leaf in leaves] + [np.int64(first + i)])
           # One step per item; [-1] squeezes the step axis, so items keep their shapes.
           writer.create_item(self.table, float(priorities[i]),
                              [column[-1] for column in writer.history])
@@ -268,6 +278,18 @@ class ReverbReplay(SampledBatch):
       self._raise_if_gone("sample_batch", e)
       raise
     return self._unpack(rows)
+
+  def sampled_age(self, keys: np.ndarray) -> Optional[float]:
+    """Env steps taken since the items `keys` (this thread's last `sample_batch`) went
+    in, mean over them (0: the newest item); None when other processes may insert too
+    (a standalone server, `address`), whose serials are their own."""
+    if self._server is None:
+      return None
+    sampled, serials = getattr(self._local, "serials", (None, None))
+    if sampled is None or not np.array_equal(sampled, np.asarray(keys, np.uint64)):
+      raise ValueError("sampled_age(keys) takes the keys of this thread's last batch.")
+    newest = self._inserted - 1
+    return float(np.mean(newest - serials)) * self._new_steps
 
   def write_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
     """Sets the priorities of the items `keys` (from sample_batch); gone keys are skipped."""
@@ -446,11 +468,12 @@ class ReverbReplay(SampledBatch):
 
   def _unpack(self, rows) -> Tuple[PyTree, np.ndarray, np.ndarray, int]:
     num_info = self._reverb.pybind.Sampler.NUM_INFO_TENSORS
-    if any(len(row) - num_info != len(self._specs) for row in rows):
+    if any(len(row) - num_info != len(self._specs) + 1 for row in rows):
       raise ValueError(
           f"Table '{self.table}' at {self._address} holds items of "
-          f"{len(rows[0]) - num_info} arrays, but start() was given {len(self._specs)}: "
-          f"another writer inserted items of another structure.")
+          f"{len(rows[0]) - num_info - 1} arrays and a serial, but start() was given "
+          f"{len(self._specs)}: another writer inserted items of another structure (or "
+          f"a checkpoint from before items carried their serial).")
     leaves = []
     for j, (shape, dtype) in enumerate(self._specs):
       column = np.stack([row[num_info + j] for row in rows])
@@ -461,6 +484,7 @@ class ReverbReplay(SampledBatch):
             f"{dtype}{list(shape)}.")
       leaves.append(column)
     keys = np.array([row[0] for row in rows], np.uint64)
+    self._local.serials = (keys, np.array([row[-1] for row in rows], np.int64))
     probabilities = np.array([row[1] for row in rows], np.float32)
     return (jax.tree_util.tree_unflatten(self._treedef, leaves), keys, probabilities,
             int(rows[-1][2]))

@@ -4,7 +4,10 @@ A source says what each update learns from:
   FromQueue   the trajectories actors queued, already sharded over the learner devices:
               `observe` + `updates_per_batch` x `update`, pmapped over the learners.
   FromReplay  batches sampled from a host replay as fast as its rate limiter allows; the
-              actors' queue brings only their statistics; new priorities go back.
+              actors' queue brings only their statistics; new priorities go back. In
+              turns (`in_turns`, Sebulba's `max_policy_lag=0`) each step waits for one
+              trajectory's statistics (it is in the replay then) and takes the updates
+              `samples_per_insert` allows: none while the replay fills.
 The loop (`Learner.run`) learns, pushes the new parameters to the actor devices, and
 writes a metrics record through one `metrics.Window` every `log_interval` seconds.
 """
@@ -90,8 +93,10 @@ class FromReplay:
   """Learns from batches sampled from a host replay, writing new priorities back."""
 
   def __init__(self, agent: Agent, replay: HostReplay, learners: List[jax.Device],
-               batches: "queue.Queue"):
+               batches: "queue.Queue", in_turns: bool = False):
     self.agent, self.replay, self.learners, self.batches = agent, replay, learners, batches
+    self.in_turns = in_turns
+    self.gradient_steps = 0  # this process's, since it started (`updates` counts turns)
     info = replay.info()
     self.meter = RateMeter(info["replay_inserts"], info["replay_samples"])
     # Until the replay first holds min_size items (a replay never shrinks below it);
@@ -111,6 +116,8 @@ class FromReplay:
     return (nets, opt), sample.priorities, _replica_mean_of_means(metrics)
 
   def next(self, stop: threading.Event) -> Optional[Step]:
+    if self.in_turns:
+      return self._next_turn(stop)
     arrived = threads.drain(self.batches)
     if self.warming_up:
       self.warming_up = self.replay.info()["replay_size"] < self.replay.min_size
@@ -121,21 +128,53 @@ class FromReplay:
       # thousand env steps overshot by 80 %).
       stop.wait(WARM_UP_POLL)
       return Step(None, arrived + threads.drain(self.batches))
-    n = len(self.learners)
     try:
-      items, keys, probabilities, size = self.replay.sample_batch(self.replay.batch_size * n)
+      return Step(self._sample(), arrived)
     except ReplayTimeout:
       return Step(None, arrived)
+
+  def _sample(self) -> Tuple[PyTree, np.ndarray]:
+    """A batch for every learner, sharded over them, and the replay's keys of its items."""
+    n = len(self.learners)
+    items, keys, probabilities, size = self.replay.sample_batch(self.replay.batch_size * n)
     sampled_age = getattr(self.replay, "sampled_age", None)
-    if sampled_age is not None:
-      self._ages.append(sampled_age(keys))
+    age = None if sampled_age is None else sampled_age(keys)
+    if age is not None:  # None: a replay that cannot tell (Reverb shared by processes)
+      self._ages.append(age)
     sample = sample_for_replicas(items, probabilities, size, n)
-    return Step((shard_over(self.learners, sample), keys), arrived)
+    return shard_over(self.learners, sample), keys
+
+  def _next_turn(self, stop: threading.Event) -> Optional[Step]:
+    """The next trajectory's statistics and, as inputs, the number of updates the
+    replay's rate allows now (the items are in the replay); None while it fills."""
+    batch = threads.get(self.batches, stop)
+    if batch is None:
+      return None
+    info = self.replay.info()
+    if self.warming_up:
+      self.warming_up = info["replay_size"] < self.replay.min_size
+    if self.warming_up:
+      return Step(None, [batch])
+    allowed = self.replay.samples_per_insert * (info["replay_inserts"] - self.replay.min_size)
+    per_update = self.replay.batch_size * len(self.learners)
+    return Step(max(0, int((allowed - info["replay_samples"]) // per_update)), [batch])
 
   def learn(self, state: LearnerState, inputs: Any, keys: np.ndarray):
+    """One update on a sample; in turns, `inputs` updates (metrics None for none), each
+    on a batch sampled once the last one's priorities went back."""
+    if not self.in_turns:
+      return self._learn_sample(state, inputs, keys)
+    metrics = None
+    for i in range(inputs):
+      update_keys = np.stack([np.asarray(jax.random.fold_in(k, i)) for k in keys])
+      state, metrics = self._learn_sample(state, self._sample(), update_keys)
+    return state, metrics
+
+  def _learn_sample(self, state: LearnerState, inputs: Any, keys: np.ndarray):
     sample, replay_keys = inputs
     (nets, opt), priorities, metrics = self._learn(state[:2], sample, keys)
     self.replay.write_priorities(replay_keys, np.asarray(priorities).reshape(-1))
+    self.gradient_steps += 1
     return (nets, opt, None), metrics
 
   def extras(self, state: Optional[LearnerState]) -> Dict[str, float]:
@@ -149,6 +188,8 @@ class FromReplay:
     if self._ages:
       extras["sampled_age"] = float(np.mean(self._ages))
       self._ages.clear()
+    if self.in_turns:  # `updates` counts turns, some of which take no gradient step.
+      extras["gradient_steps"] = self.gradient_steps
     return extras
 
 
@@ -222,35 +263,20 @@ class Learner:
       waited += time.perf_counter() - start
       if step is None:
         return
-      for batch in step.batches:
-        progress.env_steps += batch.env_steps * processes
-        progress.episodes += int(batch.episodes[0])
-        window.add_steps(batch.env_steps * processes, batch.episodes)
-        window.add_mean("policy_lag", progress.updates - batch.params_version)
-        oldest = batch.params_version if batch.oldest_version is None else batch.oldest_version
-        window.add_max("policy_lag_max", progress.updates - oldest)
-        for k, v in batch.actor_times.items():
-          window.add_mean(k, v)
+      self._count(step.batches, window, processes)
       if step.inputs is None:  # A host replay still filling: say so every log_interval.
+        if getattr(self.source, "in_turns", False):  # The actors wait for this turn.
+          progress.updates += 1
+          self.store.push(first_replica(state[0]), progress.updates)
         ended = progress.env_steps >= total
         if ended or time.perf_counter() - window.start >= self.log_interval:
           window = self._warming_up(window)
         continue
       if self.fail_after_first_update and progress.updates == started + 1:
         raise threads.injected_failure("learner")
-      key, learn_key = jax.random.split(self.key)
-      # One key per learner of all processes; this process's learners take theirs.
-      learn_keys = np.stack([np.asarray(k) for k in jax.random.split(
-          learn_key, self.num_learners * processes)[first_learner:][:self.num_learners]])
-      start = time.perf_counter()
-      new_state, metrics = self.source.learn(tuple(state), step.inputs, learn_keys)
-      self.store.push(first_replica(new_state[0]), progress.updates + 1)
-      window.metrics = jax.device_get(jax.tree.map(lambda x: x[0], metrics))
-      window.add_mean("learner_update_time", time.perf_counter() - start)
+      self._learn(state, step.inputs, window, first_learner, processes)
       window.add_mean("learner_wait_time", waited)
       waited = 0.0
-      state[:] = list(new_state)
-      self.key, progress.updates = key, progress.updates + 1
       if self.evaluate is not None:
         value = self.evaluate(state[0], evaluated_at, progress.env_steps)
         evaluated_at = progress.env_steps
@@ -268,6 +294,35 @@ class Learner:
       if stopping:
         break
     stop.set()
+
+  def _learn(self, state: List[Any], inputs: Any, window: Window, first_learner: int,
+             processes: int) -> None:
+    """One update (the source's `learn`): `state` in place, the new parameters pushed."""
+    key, learn_key = jax.random.split(self.key)
+    # One key per learner of all processes; this process's learners take theirs.
+    learn_keys = np.stack([np.asarray(k) for k in jax.random.split(
+        learn_key, self.num_learners * processes)[first_learner:][:self.num_learners]])
+    start = time.perf_counter()
+    new_state, metrics = self.source.learn(tuple(state), inputs, learn_keys)
+    self.store.push(first_replica(new_state[0]), self.progress.updates + 1)
+    if metrics is not None:  # None: a turn that took no gradient step.
+      window.metrics = jax.device_get(jax.tree.map(lambda x: x[0], metrics))
+    window.add_mean("learner_update_time", time.perf_counter() - start)
+    state[:] = list(new_state)
+    self.key, self.progress.updates = key, self.progress.updates + 1
+
+  def _count(self, batches: List[Batch], window: Window, processes: int) -> None:
+    """Counts the actor batches that arrived into the progress and the window."""
+    progress = self.progress
+    for batch in batches:
+      progress.env_steps += batch.env_steps * processes
+      progress.episodes += int(batch.episodes[0])
+      window.add_steps(batch.env_steps * processes, batch.episodes)
+      window.add_mean("policy_lag", progress.updates - batch.params_version)
+      oldest = batch.params_version if batch.oldest_version is None else batch.oldest_version
+      window.add_max("policy_lag_max", progress.updates - oldest)
+      for k, v in batch.actor_times.items():
+        window.add_mean(k, v)
 
   def _warming_up(self, window: Window) -> Window:
     """A record before the first update: what the actors did, how full the replay is."""

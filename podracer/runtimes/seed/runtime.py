@@ -156,7 +156,7 @@ class Seed(HostRuntime):
         agent, topology.learner_devices, self.spec, batch_envs=options.envs_per_batch,
         rollout_length=options.rollout_length, queue_size=options.queue_size,
         updates_per_batch=options.updates_per_batch, max_policy_lag=options.max_policy_lag,
-        producers=options.workers, batch_key="envs_per_batch"))
+        producers=options.workers, batch_key="envs_per_batch", turns=False))
     self.producers = options.workers  # `run_actors` warms up two batches each.
     self.server = self.listener = self.local = None
     self.workdir: Optional[str] = None
