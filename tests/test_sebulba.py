@@ -187,8 +187,11 @@ def test_policy_lag_bound_queues_trajectories_in_ticket_order():
   assert not bound.wait_turn(99, stop)  # A stopped run never waits.
   store = ParamsStore(jax.devices()[:1])
   store.push({"w": np.zeros(1)}, version=3)
-  assert store.get(jax.devices()[0], at_least=3)[1] == 3
+  params, version = store.get(jax.devices()[0], at_least=3)
+  assert version == 3
   assert store.get(jax.devices()[0], at_least=4, stop=stop) is None
+  store.advance(4)  # A turn that changed no parameters: the same copies, a new version.
+  assert store.get(jax.devices()[0], at_least=4) == (params, 4)
 
 
 def test_gymnasium_environments_run_under_sebulba():

@@ -55,6 +55,8 @@ def _replica_mean_of_means(metrics):
 class FromQueue:
   """Learns from each actor trajectory in turn (the experience is in-graph)."""
 
+  in_turns = False  # Every trajectory is one update (Learner.run: no turns to pass).
+
   def __init__(self, agent: Agent, learners: List[jax.Device], updates_per_batch: int,
                batches: "queue.Queue"):
     self.agent, self.batches = agent, batches
@@ -265,9 +267,9 @@ class Learner:
         return
       self._count(step.batches, window, processes)
       if step.inputs is None:  # A host replay still filling: say so every log_interval.
-        if getattr(self.source, "in_turns", False):  # The actors wait for this turn.
+        if self.source.in_turns:  # The actors wait for this turn.
           progress.updates += 1
-          self.store.push(first_replica(state[0]), progress.updates)
+          self.store.advance(progress.updates)
         ended = progress.env_steps >= total
         if ended or time.perf_counter() - window.start >= self.log_interval:
           window = self._warming_up(window)
@@ -304,8 +306,10 @@ class Learner:
         learn_key, self.num_learners * processes)[first_learner:][:self.num_learners]])
     start = time.perf_counter()
     new_state, metrics = self.source.learn(tuple(state), inputs, learn_keys)
-    self.store.push(first_replica(new_state[0]), self.progress.updates + 1)
-    if metrics is not None:  # None: a turn that took no gradient step.
+    if metrics is None:  # A turn that took no gradient step: the same parameters.
+      self.store.advance(self.progress.updates + 1)
+    else:
+      self.store.push(first_replica(new_state[0]), self.progress.updates + 1)
       window.metrics = jax.device_get(jax.tree.map(lambda x: x[0], metrics))
     window.add_mean("learner_update_time", time.perf_counter() - start)
     state[:] = list(new_state)

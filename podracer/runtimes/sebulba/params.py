@@ -30,6 +30,12 @@ class ParamsStore:
       self._params, self.version = copies, version
       self._changed.notify_all()
 
+  def advance(self, version: int) -> None:
+    """The same parameters as `version` (a turn that changed none): no new copies."""
+    with self._changed:
+      self.version = version
+      self._changed.notify_all()
+
   def get(self, device: jax.Device, at_least: int = -1,
           stop: Optional[threading.Event] = None) -> Optional[Tuple[PyTree, int]]:
     """(params, version), waiting for a version >= `at_least`; None if `stop` is set
