@@ -116,11 +116,12 @@ def sampled_age(replay: Any, experience: PyTree, sample: Any,
   batch, for a replay that knows its items' ages (the device replay; a host replay's
   runtime adds it on the host). An item is one environment's stretch of T new steps
   (its [T + overlap] entries), so each later item stands for T env steps."""
-  ages = getattr(replay, "ages", None)
-  if ages is None:
+  items_added_since = getattr(replay, "items_added_since", None)
+  if items_added_since is None:
     return {}
   new_steps = jax.tree.leaves(sample.items.timestep)[0].shape[1] - overlap
-  return dict(sampled_age=jnp.mean(ages(experience, sample).astype(jnp.float32)) * new_steps)
+  since = items_added_since(experience, sample).astype(jnp.float32)
+  return dict(sampled_age=jnp.mean(since) * new_steps)
 
 
 def replay_q_update(objectives: Sequence[Objective], replay: Any, nets: PyTree,
@@ -147,7 +148,7 @@ def replay_q_update(objectives: Sequence[Objective], replay: Any, nets: PyTree,
     return (nets, opt, experience), metrics
 
   def wait(args):
-    keys = DIAGNOSTICS + (("sampled_age",) if hasattr(replay, "ages") else ())
+    keys = DIAGNOSTICS + (("sampled_age",) if hasattr(replay, "items_added_since") else ())
     return args, {k: jnp.float32(0.0) for k in keys}
 
   (nets, opt, experience), metrics = jax.lax.cond(

@@ -76,7 +76,7 @@ def test_ages_count_the_items_added_after_each_sampled_one():
   state = replay.add(replay.init(SPEC), _items([0, 1, 2]))
   state = replay.add(state, _items([3, 4, 5]))  # slots hold 4, 5, 2, 3
   sample = _draws(replay, state)
-  ages = np.asarray(jax.jit(replay.ages)(state, sample))
+  ages = np.asarray(jax.jit(replay.items_added_since)(state, sample))
   np.testing.assert_array_equal(ages, 5 - np.asarray(sample.items["action"]))
   assert set(ages) == {0, 1, 2, 3}
 

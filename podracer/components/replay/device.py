@@ -186,7 +186,7 @@ class DeviceReplay:
     return Sample(items=items, ids=indices, probabilities=probabilities,
                   size=state.size, priorities=jnp.zeros((self.batch_size,), jnp.float32))
 
-  def ages(self, state: DeviceReplayState, sample: Sample) -> jax.Array:
+  def items_added_since(self, state: DeviceReplayState, sample: Sample) -> jax.Array:
     """[batch] int32: the items added after each sampled one (0: the newest item). In a
     FIFO ring the slot before `next_index` holds the newest item."""
     return (state.next_index - 1 - sample.ids) % self.capacity

@@ -101,9 +101,7 @@ class FromReplay:
     self.gradient_steps = 0  # this process's, since it started (`updates` counts turns)
     info = replay.info()
     self.meter = RateMeter(info["replay_inserts"], info["replay_samples"])
-    # Until the replay first holds min_size items (a replay never shrinks below it);
-    # after that `next` asks it nothing more (Reverb's info() is a call to its server).
-    self.warming_up = True
+    self.warming_up = True  # until the replay first holds min_size items
     # Mean env steps since the sampled items were inserted, per batch since the last
     # record; from a replay that can tell (the host replay: `sampled_age`).
     self._ages: List[float] = []
@@ -121,9 +119,7 @@ class FromReplay:
     if self.in_turns:
       return self._next_turn(stop)
     arrived = threads.drain(self.batches)
-    if self.warming_up:
-      self.warming_up = self.replay.info()["replay_size"] < self.replay.min_size
-    if self.warming_up:
+    if self._still_filling():
       # Count the actors' steps as they come (records, the step budget) rather than
       # wait out the replay's sampling timeout; often, for nothing but the learner holds
       # the actors to the budget while the replay fills (at 0.1 s, runs of a few
@@ -134,6 +130,13 @@ class FromReplay:
       return Step(self._sample(), arrived)
     except ReplayTimeout:
       return Step(None, arrived)
+
+  def _still_filling(self) -> bool:
+    """Whether the replay holds fewer than `min_size` items; asked of the replay only
+    until it first holds them (a replay never shrinks below `min_size`)."""
+    if self.warming_up:
+      self.warming_up = self.replay.info()["replay_size"] < self.replay.min_size
+    return self.warming_up
 
   def _sample(self) -> Tuple[PyTree, np.ndarray]:
     """A batch for every learner, sharded over them, and the replay's keys of its items."""
@@ -152,11 +155,9 @@ class FromReplay:
     batch = threads.get(self.batches, stop)
     if batch is None:
       return None
-    info = self.replay.info()
-    if self.warming_up:
-      self.warming_up = info["replay_size"] < self.replay.min_size
-    if self.warming_up:
+    if self._still_filling():
       return Step(None, [batch])
+    info = self.replay.info()
     allowed = self.replay.samples_per_insert * (info["replay_inserts"] - self.replay.min_size)
     per_update = self.replay.batch_size * len(self.learners)
     return Step(max(0, int((allowed - info["replay_samples"]) // per_update)), [batch])
