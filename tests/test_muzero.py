@@ -392,25 +392,23 @@ def test_muzero_catch_anakin_reaches_0_9_within_200k_steps():
 
 
 @learning
-def test_muzero_cartpole_sebulba_reaches_150_and_holds_100_over_the_last_fifth():
+def test_muzero_cartpole_sebulba_reaches_400_within_500k_steps():
   """Actors search on the actor device; the learner keeps a device replay and takes
-  `updates_per_batch` updates per actor batch. Seed 0, no retries, the whole 500K.
+  `updates_per_batch` updates per actor batch. Seed 0, no retries, up to 500K env steps.
 
   With `max_policy_lag=0` acting and learning take turns, so the run is the same every
   time under the same XLA flags (a record per batch: the records too). Under this
-  suite's (8 CPU devices) seed 0 reaches 166 and holds 135 (2026-11-26), not the 400
-  issue 22 asks; on one CPU device it reaches 500 and holds 453, and seeds 1 and 2 reach
-  400 too (docs/muzero.md). A random policy gets about 22."""
+  suite's (8 CPU devices) seed 0 reaches 400 at 132K env steps, seeds 1 and 2 at 60K and
+  106K (2026-11-26, docs/muzero.md). A random policy gets about 22."""
   from tests.test_sebulba import one_device
   config = one_device(muzero_config.cartpole_sebulba())
   assert config.seed == 0 and config.total_env_steps == 500_000
   assert config.replay.name == "device" and config.runtime.max_policy_lag == 0
   config.runtime.log_interval = 0.0
+  config.stop_at_return = 400.0
   records = builder.build(config).run(stream=None)["records"]
   best = _best_by(records, 500_000 + 16 * 32)
-  assert best >= 150, f"best mean episode return {best:.1f} < 150"
-  held = _last_fifth_mean(records)
-  assert held >= 100, f"mean return over the last 20% of the run {held:.1f} < 100"
+  assert best >= 400, f"best mean episode return {best:.1f} < 400 by 500K env steps"
 
 
 def test_records_carry_simulations_per_s_and_the_progress_line_search_value(catch_agent):
