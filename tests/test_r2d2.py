@@ -207,27 +207,29 @@ def _catch(num_devices):
   return config
 
 
-@pytest.mark.parametrize("replay,held_at_least", [
-    ("reverb", 250.0), pytest.param("host", 400.0, marks=pytest.mark.default_lane_only),
-    pytest.param("device", 400.0, marks=pytest.mark.default_lane_only)])
-def test_r2d2_sebulba_cartpole_holds_its_return_over_the_last_fifth(replay, held_at_least):
+@pytest.mark.parametrize("replay", [
+    "reverb", pytest.param("host", marks=pytest.mark.default_lane_only),
+    pytest.param("device", marks=pytest.mark.default_lane_only)])
+def test_r2d2_sebulba_cartpole_holds_400_over_the_last_fifth(replay):
   """The same agent under Sebulba, replaying through Reverb (its own lane), in host
   memory or on the learner device: EnvPool CartPole-v1, seed 0, one try, the whole 500k
   env steps. The mean episode return (the actors' own, exploration included) reaches
-  450, and its mean over the last 20 % of the run holds: it learned, and did not fall
-  back.
+  450, and its mean over the last 20 % of the run holds 400: it learned, and did not
+  fall back.
 
   Acting and learning take turns (`max_policy_lag=0`), one update of 64 per trajectory
-  of 12 sequences with every replay. With the host and device replays a run is the
-  same every time: seed 0 holds 500 (host) and 449 (device; seeds 1-4 in
-  docs/agents.md), and the test asks issue 23's 400. Reverb samples with a generator of
-  its own that cannot be seeded, so each of its runs is another draw (one here held over
-  400); over the host replay's seeds 0-4 the lowest was 311, so it asks 250. Until the n-step targets bootstrapped at
-  CartPole's time limit, runs reached 500 and fell back (last-20 % means of 120-370);
-  that defect has a test of its own (above).
+  of 12 sequences with every replay, from a replay of 20,000 sequences. With the host
+  and device replays a run is the same every time: under this suite's flags seeds 0-4
+  hold 466-500 (host) and 437-500 (device). Reverb samples with a generator of its own
+  that cannot be seeded, so each of its runs is another draw: runs of seeds 0, 1, 2 held
+  500, 488, 457 (2026-11-26).
+  With a replay of 5,000 sequences runs slid back after reaching 500 (seeds 0-4 held
+  311-500 with the host replay, 159-500 with the device one); until the n-step targets
+  bootstrapped at CartPole's time limit, runs held 120-370 (that defect has a test of
+  its own, above).
   """
   best, held = _sebulba_cartpole(replay)
-  assert best >= 450 and held >= held_at_least, (
+  assert best >= 450 and held >= 400, (
       f"best mean return {best:.1f}, last-20% {held:.1f}")
 
 
@@ -263,9 +265,10 @@ def _check_diagnostics(records, config, replay):
   capacity = config.replay.max_size * config.runtime.rollout_length
   assert all(0 < r["sampled_age"] <= capacity for r in learned[1:]), learned[-1]
   # Values in return units (h-space values stay under 10): CartPole pays 1 a step, so
-  # late values are tens of steps' worth, below the horizon's 1 / (1 - discount).
+  # late values are tens of steps' worth, near the horizon's 1 / (1 - discount) (seeds
+  # 0-4 end at 82-99: estimates may pass it by a little, never by a factor).
   assert all(r["q_max"] >= r["q_mean"] for r in learned)
-  assert 30 < learned[-1]["target_mean"] < 1 / (1 - config.agent.discount)
+  assert 30 < learned[-1]["target_mean"] < 1.2 / (1 - config.agent.discount)
   assert all(0 < r["replay_size"] <= config.replay.max_size for r in records[1:])
   # The replays' rate limits hold the learner to the configured samples per insert.
   for key in ("replay_inserts_per_s", "replay_samples_per_s"):
