@@ -265,10 +265,10 @@ def _check_diagnostics(records, config, replay):
   capacity = config.replay.max_size * config.runtime.rollout_length
   assert all(0 < r["sampled_age"] <= capacity for r in learned[1:]), learned[-1]
   # Values in return units (h-space values stay under 10): CartPole pays 1 a step, so
-  # late values are tens of steps' worth, near the horizon's 1 / (1 - discount) (seeds
-  # 0-4 end at 82-99: estimates may pass it by a little, never by a factor).
+  # late values are tens of steps' worth, below the horizon's 1 / (1 - discount) (with
+  # the replay of 20,000 sequences runs end at 73-99: close to it, never past it).
   assert all(r["q_max"] >= r["q_mean"] for r in learned)
-  assert 30 < learned[-1]["target_mean"] < 1.2 / (1 - config.agent.discount)
+  assert 30 < learned[-1]["target_mean"] < 1 / (1 - config.agent.discount)
   assert all(0 < r["replay_size"] <= config.replay.max_size for r in records[1:])
   # The replays' rate limits hold the learner to the configured samples per insert.
   for key in ("replay_inserts_per_s", "replay_samples_per_s"):

@@ -71,14 +71,14 @@ def test_fifo_overwrites_the_oldest_items():
   assert sampled == {2, 3, 4, 5}  # 64 uniform draws over 4 items cover them all
 
 
-def test_ages_count_the_items_added_after_each_sampled_one():
+def test_items_added_since_counts_the_items_added_after_each_sampled_one():
   replay = DeviceReplay(max_size=4, batch_size=64)
   state = replay.add(replay.init(SPEC), _items([0, 1, 2]))
   state = replay.add(state, _items([3, 4, 5]))  # slots hold 4, 5, 2, 3
   sample = _draws(replay, state)
-  ages = np.asarray(jax.jit(replay.items_added_since)(state, sample))
-  np.testing.assert_array_equal(ages, 5 - np.asarray(sample.items["action"]))
-  assert set(ages) == {0, 1, 2, 3}
+  since = np.asarray(jax.jit(replay.items_added_since)(state, sample))
+  np.testing.assert_array_equal(since, 5 - np.asarray(sample.items["action"]))
+  assert set(since) == {0, 1, 2, 3}
 
 
 def test_add_rejects_more_items_than_capacity_and_wrong_shapes():
