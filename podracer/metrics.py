@@ -282,6 +282,17 @@ def episode_record(sums: Any) -> Dict[str, float]:
               episodes=count)
 
 
+def warming_up(record: Dict[str, Any], replay: Any) -> Dict[str, Any]:
+  """Fields of a record of updates that learned nothing while a device replay held fewer
+  than `replay.min_size` items: `learning_started: false` and the min size, as a host
+  replay's warm-up records say (the progress line reads `warming up replay N/M`)."""
+  min_size = getattr(replay, "min_size", None)
+  if (min_size and record.get("learning") == 0
+      and record.get("replay_size", min_size) < min_size):
+    return dict(learning_started=False, replay_min_size=min_size)
+  return {}
+
+
 def learner_record(metrics: Dict[str, Any]) -> Dict[str, float]:
   """A learner's metrics (scalars, or one per update) as record values: their means."""
   return {k: float(np.mean(v)) for k, v in metrics.items()}
@@ -292,7 +303,8 @@ class Window:
 
   `add_steps` counts env steps and finished episodes, `add_mean` a value to average over
   the window (timings, policy lag; names in `means` are reported, 0 if never added),
-  `metrics` holds the learner's latest metrics. `record` turns the window into one record.
+  `metrics` holds the learner's latest metrics (`add_metrics`). `record` turns the window
+  into one record.
   """
 
   def __init__(self, means: Tuple[str, ...] = ()):
@@ -312,6 +324,15 @@ class Window:
   def add_mean(self, name: str, value: float) -> None:
     self._sums[name] = self._sums.get(name, 0.0) + value
     self._counts[name] = self._counts.get(name, 0) + 1
+
+  def add_metrics(self, metrics: Dict[str, Any]) -> None:
+    """An update's metrics become the window's, unless that update learned nothing
+    (`learning` 0: its replay still filled or its rate limiter held it) and one before it
+    in this window did: a record shows the last update that learned, not zeros."""
+    learned = lambda m: float(np.mean(m.get("learning", 1.0))) > 0  # per update, or mean
+    if self.metrics and learned(self.metrics) and not learned(metrics):
+      return
+    self.metrics = metrics
 
   def add_max(self, name: str, value: float) -> None:
     self._maxes[name] = max(self._maxes.get(name, value), value)

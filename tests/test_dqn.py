@@ -117,6 +117,9 @@ def test_dqn_runs_under_sebulba_on_every_replay(replay):
   assert learned and all(np.isfinite(r["loss"]) and r["q_max"] >= r["q_mean"]
                          for r in learned)
   assert any(r.get("episode_return") for r in records)
+  if replay == "device":  # The first update's record (replay 8 items of 256) says so.
+    assert records[0]["learning_started"] is False and records[0]["replay_size"] == 8
+    assert all("learning_started" not in r for r in learned)
 
 
 def test_dqn_atari_config_is_the_nature_dqn_and_traces_an_update():

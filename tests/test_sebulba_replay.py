@@ -16,7 +16,7 @@ from agents.r2d2 import config as r2d2_config
 from podracer import registry
 from podracer.components.replay import Sample
 from podracer.errors import ReplayTimeout
-from podracer.metrics import MetricsLogger
+from podracer.metrics import MetricsLogger, Window
 from tests.test_sebulba import one_device, run_in_process, sebulba_threads
 
 
@@ -183,6 +183,28 @@ def _host_replay_in_turns(total_env_steps):
   config.runtime.log_interval = 0.0  # a record per turn
   assert config.runtime.actor_threads_per_device == 2
   return config
+
+
+def test_a_record_shows_the_last_update_that_learned_not_one_the_rate_limiter_held():
+  """Under Sebulba a device replay's update can learn nothing (the rate limiter holds it:
+  `learning` 0, zeros); the window keeps the last one that learned, so a record whose
+  last update waited does not show a loss of 0. A window where none learned shows so."""
+  learned = dict(loss=1.5, learning=1.0, replay_size=300.0)
+  held = dict(loss=0.0, learning=0.0, replay_size=308.0)
+  window = Window()
+  window.add_metrics(held)
+  assert window.record(0, 1)["learning"] == 0.0
+  window.add_metrics(learned)
+  window.add_metrics(held)
+  record = window.record(0, 3)
+  assert (record["loss"], record["learning"]) == (1.5, 1.0)
+  later = dict(learned, loss=0.5)
+  window.add_metrics(later)
+  assert window.record(0, 4)["loss"] == 0.5
+  fresh = Window()
+  fresh.add_metrics(dict(loss=2.0))  # metrics without `learning` always replace
+  fresh.add_metrics(dict(loss=3.0))
+  assert fresh.record(0, 2)["loss"] == 3.0
 
 
 def test_with_a_host_replay_and_max_policy_lag_0_two_runs_are_the_same():

@@ -27,7 +27,7 @@ from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError
 from podracer.experience import host_replay
 from podracer.memory import check_device_fits, tree_bytes
-from podracer.metrics import RateMeter, Window, device_counts, episode_sums
+from podracer.metrics import RateMeter, Window, device_counts, episode_sums, warming_up
 from podracer.runtime import Plan, Runtime, plan_rounds
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
@@ -61,17 +61,6 @@ class AnakinOptions:
     steps_per_update = topology.num_replicas * self.num_envs_per_device * self.rollout_length
     return plan_rounds(steps_per_update * self.updates_per_call, self.updates_per_call,
                       total_env_steps)
-
-
-def warming_up(record: Dict[str, Any], replay: Any) -> Dict[str, Any]:
-  """Fields of a record of a call that learned nothing while its replay held fewer than
-  `replay.min_size` items: `learning_started: false` and the min size, as Sebulba's
-  warm-up records say (the progress line reads `warming up replay N/M`)."""
-  min_size = getattr(replay, "min_size", None)
-  if (min_size and record.get("learning") == 0
-      and record.get("replay_size", min_size) < min_size):
-    return dict(learning_started=False, replay_min_size=min_size)
-  return {}
 
 
 @registry.runtimes.register("anakin")
@@ -379,7 +368,7 @@ class _CallRecords:
       window.start = started
       # Each column summed alone, in float32, as the program's totals are kept.
       window.add_steps(steps, np.ascontiguousarray(run_episodes.T).sum(axis=1))
-      window.metrics = run_metrics
+      window.add_metrics(run_metrics)
       record = window.record(env_steps=env_steps, updates=(call + 1) * anakin.updates_per_call)
       if evaluated is not None:
         record["eval_return"] = evaluated[r] if runs else evaluated

@@ -28,7 +28,7 @@ from podracer import distributed
 from podracer.agent import Agent
 from podracer.errors import ReplayTimeout
 from podracer.experience import HostReplay, sample_for_replicas
-from podracer.metrics import RateMeter, Window, device_counts
+from podracer.metrics import RateMeter, Window, device_counts, warming_up
 from podracer.runtime import Plan
 from podracer.runtimes.compile_once import compile_once
 from podracer.runtimes.sebulba import threads
@@ -311,7 +311,7 @@ class Learner:
       self.store.advance(self.progress.updates + 1)
     else:
       self.store.push(first_replica(new_state[0]), self.progress.updates + 1)
-      window.metrics = jax.device_get(jax.tree.map(lambda x: x[0], metrics))
+      window.add_metrics(jax.device_get(jax.tree.map(lambda x: x[0], metrics)))
     window.add_mean("learner_update_time", time.perf_counter() - start)
     state[:] = list(new_state)
     self.key, self.progress.updates = key, self.progress.updates + 1
@@ -342,6 +342,8 @@ class Learner:
     record["queue_depth"] = self.source.batches.qsize()
     record.update(self.source.extras(None if state is None else tuple(state)))
     record.update({k: v for k, v in fields.items() if v is not None})
+    if state is not None:  # A device replay's warm-up (a host replay's has no updates).
+      record.update(warming_up(record, getattr(self.source.agent, "replay", None)))
     self.records.put(record)
     progress.records += 1
     return Window(self.MEANS)
