@@ -72,9 +72,10 @@ EXTRAS_REQUIRE = {
     # The `tensorboard` command, to look at the event files runs write (tensorboardX).
     "tensorboard": ["tensorboard"],
     "gymnasium": ["gymnasium"],
-    # JAX environment suites for Anakin (gymnax: classic control, bsuite, MinAtar). The
-    # default lane installs them; gymnax 1.x needs jax >= 0.6, so the reverb lane has none.
-    "jax-envs": ["gymnax>=1.0.1"],
+    # JAX environment suites for Anakin (gymnax: classic control, bsuite, MinAtar; Brax:
+    # physics). The default lane installs them; gymnax 1.x needs jax >= 0.6 and Brax 0.14
+    # current JAX, so the reverb lane has neither.
+    "jax-envs": ["gymnax>=1.0.1", "brax>=0.14.2"],
 }
 
 setup(

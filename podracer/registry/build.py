@@ -81,6 +81,6 @@ def build(registry, section: Any, *, key: str, factory: Any = None,
                injected=injected)
   try:
     return factory(**kwargs)
-  except (TypeError, ValueError) as e:
+  except (TypeError, ValueError, ImportError) as e:  # ImportError: a package the lane lacks
     raise ConfigError(f"Could not build {registry.kind} '{name}' from config key `{key}`: "
                       f"{e}") from e

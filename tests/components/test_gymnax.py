@@ -9,6 +9,7 @@ import pytest
 
 from podracer import builder, registry
 from podracer.components.environments.base import VectorEnv
+from podracer.errors import ConfigError
 from podracer.types import StepType
 from tests.reverb_support import current_lane
 
@@ -33,7 +34,7 @@ def _make(env_id, env_params=None):
 
 @pytest.mark.skipif(not IN_THE_REVERB_LANE, reason="the default lane has gymnax")
 def test_the_reverb_lane_says_gymnax_is_in_the_default_lane():
-  with pytest.raises(ImportError, match="default install lane.*jax >= 0.6"):
+  with pytest.raises(ConfigError, match="`env`.*default install lane.*jax >= 0.6"):
     _make("CartPole-v1")
 
 

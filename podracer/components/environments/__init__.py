@@ -1,7 +1,7 @@
 """Environments; importing this package registers them by name.
 
-JAX environments (`Environment`: CartPole, Catch, PixelCatch, Pendulum; batched by
-`VectorEnv`) run inside compiled programs; host environments (`HostEnvironment`:
+JAX environments (`Environment`: CartPole, Catch, PixelCatch, Pendulum, and adapters of
+gymnax's and Brax's; batched by `VectorEnv`) run inside compiled programs; host environments (`HostEnvironment`:
 EnvPool, Gymnasium, dm_env) step on the CPU for the Sebulba runtime. EnvPool and
 Gymnasium are imported only when such an environment is built.
 """
@@ -9,6 +9,7 @@ Gymnasium are imported only when such an environment is built.
 from podracer.components.environments.base import (Environment, VectorEnv, VectorEnvState,
                                                    restart, transition)
 from podracer.components.environments.cartpole import CartPole
+from podracer.components.environments.brax_adapter import Brax
 from podracer.components.environments.catch import Catch, PixelCatch
 from podracer.components.environments.dm_env_adapter import CatchDmEnv, DmEnv
 from podracer.components.environments.envpool_env import EnvPool
@@ -19,5 +20,5 @@ from podracer.components.environments.host import (EpisodeTracker, HostEnvironme
                                                    episode_stats)
 
 __all__ = ["Environment", "VectorEnv", "VectorEnvState", "restart", "transition",
-           "CartPole", "Catch", "PixelCatch", "Pendulum", "Gymnax", "HostEnvironment",
+           "CartPole", "Catch", "PixelCatch", "Pendulum", "Gymnax", "Brax", "HostEnvironment",
            "EpisodeTracker", "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv"]

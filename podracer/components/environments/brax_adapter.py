@@ -1,0 +1,79 @@
+"""Any Brax environment as a podracer `Environment` (Brax is in the default install lane:
+`pip install -e ".[jax-envs]"`; Brax 0.14 needs current JAX, so the reverb lane, which
+pins jax 0.4.34, has none).
+
+Brax's own environments know nothing of time: its `EpisodeWrapper` counts steps and
+ends an episode at `episode_length` (1,000 by default), and its `AutoResetWrapper`
+restarts it. Here the adapter counts the steps and `VectorEnv` does the resets, as for
+every JAX environment: an episode whose `done` fires ends with LAST and discount 0 (a
+termination, also on the last allowed step, as Brax's wrapper calls it), one cut by the
+limit with LAST and discount 1 (Brax's `truncation`). Actions are bounded by the
+actuators' `ctrl_range`, as Brax's Gym wrapper declares them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer import registry
+from podracer.components.environments.base import Environment, restart, transition
+from podracer.types import (ArraySpec, EnvSpec, PyTree, TimeStep, bounds,
+                            strip_weak_types)
+
+
+class BraxState(NamedTuple):
+  brax_state: PyTree  # Brax's `State` (pipeline state, observation, reward, done...)
+  steps: jax.Array    # int32: steps taken in this episode
+
+
+@registry.environments.register("brax")
+class Brax(Environment):
+  """`brax.envs.get_environment(env_name, backend=backend, **env_kwargs)`, its episodes
+  cut at `episode_length` steps."""
+
+  def __init__(self, env_name: str = "inverted_pendulum", backend: str = "generalized",
+               episode_length: int = 1000, env_kwargs: Optional[Mapping[str, Any]] = None):
+    try:
+      from brax import envs  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+      raise ImportError(
+          f"The 'brax' environment ({env_name}) needs Brax, which the default install "
+          f"lane has (pip install -e \".[jax-envs]\", or pip install brax); the reverb "
+          f"lane has none: Brax 0.14 needs current JAX and that lane pins 0.4.34 ({e})."
+      ) from e
+    if episode_length < 1:
+      raise ValueError(f"episode_length must be at least 1, got {episode_length}")
+    self.env_name, self.episode_length = env_name, int(episode_length)
+    known = sorted(getattr(envs, "_envs", {}))
+    if known and env_name not in known:
+      raise ValueError(f"Brax has no environment {env_name!r}; it has {', '.join(known)}")
+    self._env = envs.get_environment(env_name, backend=backend, **dict(env_kwargs or {}))
+    ctrl_range = np.asarray(self._env.sys.actuator.ctrl_range, np.float32)
+    self._action = ArraySpec((self._env.action_size,), np.dtype(np.float32), "action",
+                             *bounds(ctrl_range[:, 0], ctrl_range[:, 1]))
+    self._obs = jax.eval_shape(lambda k: self.reset(k)[1].observation,
+                               jax.random.PRNGKey(0))
+
+  def reset(self, key: jax.Array) -> Tuple[BraxState, TimeStep]:
+    state = strip_weak_types(self._env.reset(key))
+    return BraxState(state, jnp.int32(0)), restart(state.obs)
+
+  def step(self, state: BraxState, action: jax.Array) -> Tuple[BraxState, TimeStep]:
+    stepped = strip_weak_types(self._env.step(state.brax_state, action))
+    steps = state.steps + 1
+    terminated = stepped.done > 0
+    timestep = transition(stepped.obs, stepped.reward, terminated=terminated,
+                          truncated=(steps >= self.episode_length) & ~terminated)
+    return BraxState(stepped, steps), timestep
+
+  def spec(self) -> EnvSpec:
+    obs = jax.tree.map(lambda s: ArraySpec(tuple(s.shape), s.dtype, "observation"),
+                       self._obs)
+    return EnvSpec(observation=obs, action=self._action)
+
+  def __repr__(self) -> str:
+    return f"Brax({self.env_name!r})"
