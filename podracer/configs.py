@@ -146,6 +146,14 @@ def pixel_catch() -> config_dict.ConfigDict:
   return section("pixel_catch", rows=10, columns=5, scale=2, stack=4)
 
 
+def pixel_catch_anakin(c: config_dict.ConfigDict, calls: int) -> config_dict.ConfigDict:
+  """An on-policy agent's Atari setup `c` on `pixel_catch()` under Anakin: 32 environments
+  x 20 steps per update, 8 updates per call, `calls` calls."""
+  c.env = pixel_catch()
+  c.total_env_steps = 20 * 32 * 8 * calls
+  return anakin(c, num_envs_per_device=32, rollout_length=20, updates_per_call=8)
+
+
 def impala_resnet() -> config_dict.ConfigDict:
   """The IMPALA paper's deep ResNet torso (widths 16, 32, 32; dense 256) with a policy and
   a value layer, on EnvPool's channels-first frame stacks."""

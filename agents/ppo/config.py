@@ -116,10 +116,7 @@ def pong_seed() -> config_dict.ConfigDict:
 def pixel_catch_anakin() -> config_dict.ConfigDict:
   """PPO's Atari agent (`_atari_agent`: ResNet, Adam, clip 0.1) on Catch seen as uint8
   frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
-  c = _atari_agent(_base())
-  c.env = configs.pixel_catch()
-  c.total_env_steps = 20 * 32 * 8 * 16  # 81,920: 16 calls of 8 updates.
-  return configs.anakin(c, num_envs_per_device=32, rollout_length=20, updates_per_call=8)
+  return configs.pixel_catch_anakin(_atari_agent(_base()), calls=16)  # 81,920 steps
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,

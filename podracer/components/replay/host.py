@@ -287,17 +287,7 @@ class HostReplay(SampledBatch):
         raise ValueError(f"This stream inserted {stream.chain.shape[0]} sequences at a "
                          f"time before, and {rows} now: its rows are its streams.")
       if stream is None:
-        stream = self._streams[stream_key] = _Stream(rows, self.depth)
-        # A new stream: its K earlier steps first, right-aligned in non-item chunks; its
-        # first step is a key (no stack before it).
-        lead = math.ceil(self.overlap / self.new_steps)
-        if lead:
-          pad = lead * self.new_steps - self.overlap
-          head = [np.concatenate([np.repeat(x[:, :1], pad, 1), x[:, :self.overlap]], 1)
-                  for x in steps]
-          forced = np.zeros((rows, lead * self.new_steps), bool)
-          forced[:, pad] = True
-          self._append(stream, head, None, None, forced, before=None)
+        stream = self._streams[stream_key] = self._open_stream(rows, steps)
       else:
         self._check_continues(stream, steps)
       forced = before = None
@@ -310,6 +300,20 @@ class HostReplay(SampledBatch):
       self._append(stream, new, per_item, prio, forced, before)
       self.inserts += rows
       self._cond.notify_all()
+
+  def _open_stream(self, rows: int, steps: List[np.ndarray]) -> _Stream:
+    """A new stream: its first items' K earlier steps first, right-aligned in non-item
+    chunks; its first step is a key (no stack before it)."""
+    stream = _Stream(rows, self.depth)
+    lead = math.ceil(self.overlap / self.new_steps)
+    if lead:
+      pad = lead * self.new_steps - self.overlap
+      head = [np.concatenate([np.repeat(x[:, :1], pad, 1), x[:, :self.overlap]], 1)
+              for x in steps]
+      forced = np.zeros((rows, lead * self.new_steps), bool)
+      forced[:, pad] = True
+      self._append(stream, head, None, None, forced, before=None)
+    return stream
 
   def _check_continues(self, stream: _Stream, steps: List[np.ndarray]) -> None:
     """Items must repeat their stream's last K steps: compares the small step leaves."""

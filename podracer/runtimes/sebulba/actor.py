@@ -205,78 +205,112 @@ class Actor:
         env.close()
 
   def _loop(self, envs: List[Any], stop: threading.Event) -> None:
-    agent, groups = self.agent, range(len(envs))
-    key = jax.random.PRNGKey(self.seed * 7919 + 1 + self.index)
-    if self.restart:
-      key = jax.random.fold_in(key, self.restart)
-    key = jax.device_put(key, self.device)
-    key, init_key = jax.random.split(key)
-    keys = [key] + [jax.random.fold_in(key, g) for g in groups[1:]]
-    # One state for all environments, split: per-environment states (R2D2's epsilons)
-    # then do not depend on the number of groups.
-    state, n = agent.init_actor(init_key, self.num_envs), self.num_envs // len(envs)
-    states = [jax.device_put(jax.tree.map(lambda x, g=g: x[g * n:(g + 1) * n], state),
-                             self.device) for g in groups]
-    timesteps = [env.reset()[0] for env in envs]  # Its contract was checked at build time.
-    pending: List[Trajectory] = []
-    earlier = None
-    queue_wait = 0.0
-
-    def act(params, g, timestep):
-      """Dispatches group g's inference; the entry it will step with."""
-      out, next_state, keys[g] = self.act(params, states[g], timestep, keys[g])
-      entry = Trajectory(timestep, states[g], out.action, out.extras)
-      states[g] = next_state
-      return entry
-
-    def send(g, times):
-      t0 = time.perf_counter()
-      action = np.asarray(pending[g].action)  # Waits for this group's inference.
-      times["actor_inference"] += time.perf_counter() - t0
-      envs[g].send(action)
-
+    groups = _Groups(self, envs)
+    earlier, queue_wait = None, 0.0
     while not stop.is_set():
       start = time.perf_counter()
-      if self.lag_bound is None:
-        params, version = self.store.get(self.device)
-      else:
-        ticket = next(self.tickets)
-        fresh = self.store.get(self.device, ticket - self.lag_bound.max_lag, stop)
-        if fresh is None:
-          return
-        params, version = fresh
+      fetched = self._params(stop)
+      if fetched is None:
+        return
+      params, version, ticket = fetched
       # Queue waits are reported with the next batch: this one is already handed over.
       times = dict(actor_wait_params=time.perf_counter() - start, actor_env=0.0,
                    actor_inference=0.0, actor_wait_queue=queue_wait)
-      if not pending:  # From here on every group has a step in flight between batches.
-        pending = [act(params, g, timesteps[g]) for g in groups]
-        earlier = _first_earlier(pending, agent.trajectory_overlap)
-        for g in groups:
-          send(g, times)
-      stepped: List[List[Trajectory]] = [[] for _ in groups]
-      episodes = np.zeros(3)
-      for _ in range(self.rollout_length):
-        for g in groups:
-          if stop.is_set():
-            return
-          t0 = time.perf_counter()
-          timestep, stats = envs[g].recv()
-          times["actor_env"] += time.perf_counter() - t0
-          if np.any(stats.done):  # Host environments' stats are numpy arrays already.
-            episodes += episode_sums(stats, np)
-          stepped[g].append(pending[g])
-          pending[g] = act(params, g, timestep)
-          send(g, times)
-      output, earlier = self.output.finish(earlier, stepped, pending)
-      times.update(self._state_means(states))
-      batch = Batch(None, version, self.num_envs * self.rollout_length, episodes, times)
-      if self.lag_bound is not None and not self.lag_bound.wait_turn(ticket, stop):
+      if not groups.pending:  # From here on every group has a step in flight.
+        earlier = groups.start(params, times)
+      rolled = groups.rollout(params, self.rollout_length, stop, times)
+      if rolled is None:
         return
-      queue_wait = self.output.deliver(output, batch, stop)
+      stepped, episodes = rolled
+      output, earlier = self.output.finish(earlier, stepped, groups.pending)
+      times.update(self._state_means(groups.states))
+      batch = Batch(None, version, self.num_envs * self.rollout_length, episodes, times)
+      queue_wait = self._hand_over(output, batch, ticket, stop)
       if queue_wait is None:
         return
-      if self.lag_bound is not None:
-        self.lag_bound.queued(ticket)
       if self.fail_after_first_batch:
         # After its first batch, so the learner and the other actors are mid-run.
         raise threads.injected_failure("actor")
+
+  def _params(self, stop: threading.Event):
+    """(parameters, their version, this batch's ticket) to act with; None if the run
+    stopped while waiting for them (with a lag bound: version >= ticket - max_lag)."""
+    if self.lag_bound is None:
+      return (*self.store.get(self.device), None)
+    ticket = next(self.tickets)
+    fresh = self.store.get(self.device, ticket - self.lag_bound.max_lag, stop)
+    return None if fresh is None else (*fresh, ticket)
+
+  def _hand_over(self, output: Any, batch: Batch, ticket: Optional[int],
+                 stop: threading.Event) -> Optional[float]:
+    """Delivers the batch (in its ticket's turn, with a lag bound); the time it waited
+    for the queue, or None if the run stopped."""
+    if self.lag_bound is not None and not self.lag_bound.wait_turn(ticket, stop):
+      return None
+    queue_wait = self.output.deliver(output, batch, stop)
+    if queue_wait is not None and self.lag_bound is not None:
+      self.lag_bound.queued(ticket)
+    return queue_wait
+
+
+class _Groups:
+  """An actor's environment groups: each one's host environment, actor state and key,
+  and the step it has in flight (`pending`: the entry whose action was sent)."""
+
+  def __init__(self, actor: Actor, envs: List[Any]):
+    self.actor, self.envs, self.ids = actor, envs, range(len(envs))
+    key = jax.random.PRNGKey(actor.seed * 7919 + 1 + actor.index)
+    if actor.restart:
+      key = jax.random.fold_in(key, actor.restart)
+    key = jax.device_put(key, actor.device)
+    key, init_key = jax.random.split(key)
+    self.keys = [key] + [jax.random.fold_in(key, g) for g in self.ids[1:]]
+    # One state for all environments, split: per-environment states (R2D2's epsilons)
+    # then do not depend on the number of groups.
+    state, n = actor.agent.init_actor(init_key, actor.num_envs), actor.num_envs // len(envs)
+    self.states = [jax.device_put(jax.tree.map(lambda x, g=g: x[g * n:(g + 1) * n], state),
+                                  actor.device) for g in self.ids]
+    self.timesteps = [env.reset()[0] for env in envs]  # Its contract was checked at build.
+    self.pending: List[Trajectory] = []
+
+  def act(self, params: PyTree, g: int, timestep: Any) -> Trajectory:
+    """Dispatches group g's inference; the entry it will step with."""
+    out, next_state, self.keys[g] = self.actor.act(params, self.states[g], timestep,
+                                                   self.keys[g])
+    entry = Trajectory(timestep, self.states[g], out.action, out.extras)
+    self.states[g] = next_state
+    return entry
+
+  def send(self, g: int, times: Dict[str, float]) -> None:
+    t0 = time.perf_counter()
+    action = np.asarray(self.pending[g].action)  # Waits for this group's inference.
+    times["actor_inference"] += time.perf_counter() - t0
+    self.envs[g].send(action)
+
+  def start(self, params: PyTree, times: Dict[str, float]) -> Any:
+    """Acts on the first timesteps and sends the actions; the trajectory's first entries."""
+    self.pending = [self.act(params, g, self.timesteps[g]) for g in self.ids]
+    earlier = _first_earlier(self.pending, self.actor.agent.trajectory_overlap)
+    for g in self.ids:
+      self.send(g, times)
+    return earlier
+
+  def rollout(self, params: PyTree, length: int, stop: threading.Event,
+              times: Dict[str, float]):
+    """`length` steps of every group, in turns: (each group's entries, episode sums);
+    None if the run stopped."""
+    stepped: List[List[Trajectory]] = [[] for _ in self.ids]
+    episodes = np.zeros(3)
+    for _ in range(length):
+      for g in self.ids:
+        if stop.is_set():
+          return None
+        t0 = time.perf_counter()
+        timestep, stats = self.envs[g].recv()
+        times["actor_env"] += time.perf_counter() - t0
+        if np.any(stats.done):  # Host environments' stats are numpy arrays already.
+          episodes += episode_sums(stats, np)
+        stepped[g].append(self.pending[g])
+        self.pending[g] = self.act(params, g, timestep)
+        self.send(g, times)
+    return stepped, episodes
