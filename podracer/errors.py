@@ -5,6 +5,12 @@ class ConfigError(Exception):
   """The config (or a command-line override of it) cannot be built into a run."""
 
 
+class MissingPackage(ImportError):
+  """A component needs a package this install lane lacks (gymnax or Brax in the reverb
+  lane, EnvPool or Gymnasium left out); building it from a config is a ConfigError that
+  names the config key."""
+
+
 class RecompilationError(RuntimeError):
   """A step that must compile once was traced again; the message says which inputs changed."""
 

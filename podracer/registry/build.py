@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Iterable, Mapping
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, MissingPackage
 from podracer.registry.ranges import out_of_range
 
 
@@ -81,6 +81,6 @@ def build(registry, section: Any, *, key: str, factory: Any = None,
                injected=injected)
   try:
     return factory(**kwargs)
-  except (TypeError, ValueError, ImportError) as e:  # ImportError: a package the lane lacks
+  except (TypeError, ValueError, MissingPackage) as e:
     raise ConfigError(f"Could not build {registry.kind} '{name}' from config key `{key}`: "
                       f"{e}") from e

@@ -21,6 +21,7 @@ import numpy as np
 
 from podracer import registry
 from podracer.components.environments.base import Environment, restart, transition
+from podracer.errors import MissingPackage
 from podracer.types import (ArraySpec, EnvSpec, PyTree, TimeStep, bounds,
                             strip_weak_types)
 
@@ -40,7 +41,7 @@ class Brax(Environment):
     try:
       from brax import envs  # pylint: disable=g-import-not-at-top
     except ImportError as e:
-      raise ImportError(
+      raise MissingPackage(
           f"The 'brax' environment ({env_name}) needs Brax, which the default install "
           f"lane has (pip install -e \".[jax-envs]\", or pip install brax); the reverb "
           f"lane has none: Brax 0.14 needs current JAX and that lane pins 0.4.34 ({e})."

@@ -27,6 +27,7 @@ import numpy as np
 from podracer import registry
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    env_seeds, host_timestep)
+from podracer.errors import MissingPackage
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, PyTree,
                             StepType, TimeStep, bounds)
 
@@ -38,8 +39,8 @@ def _import_envpool():
   try:
     import envpool  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    raise ImportError(f"The 'envpool' environment needs EnvPool: pip install envpool ({e})"
-                      ) from e
+    raise MissingPackage(f"The 'envpool' environment needs EnvPool: pip install envpool "
+                         f"({e})") from e
   return envpool
 
 

@@ -22,7 +22,7 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from podracer import registry
-from podracer.errors import EnvironmentWorkerError
+from podracer.errors import EnvironmentWorkerError, MissingPackage
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    env_seeds, host_timestep)
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, StepType,
@@ -79,8 +79,8 @@ class Gymnasium(HostEnvironment):
     try:
       import gymnasium  # pylint: disable=g-import-not-at-top
     except ImportError as e:
-      raise ImportError(f"The 'gymnasium' environment ({env_id}) needs Gymnasium: "
-                        f"pip install gymnasium ({e})") from e
+      raise MissingPackage(f"The 'gymnasium' environment ({env_id}) needs Gymnasium: "
+                           f"pip install gymnasium ({e})") from e
     self.env_id = env_id
     self.asynchronous = bool(asynchronous)
     fns = [env_factory(env_id, dict(env_kwargs), os.getpid())] * self.num_envs

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from podracer import registry
 from podracer.components.environments.base import Environment, restart, transition
+from podracer.errors import MissingPackage
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, PyTree, TimeStep,
                             bounds, strip_weak_types)
 
@@ -40,7 +41,7 @@ class Gymnax(Environment):
     try:
       import gymnax  # pylint: disable=g-import-not-at-top
     except ImportError as e:
-      raise ImportError(
+      raise MissingPackage(
           f"The 'gymnax' environment ({env_id}) needs gymnax, which the default install "
           f"lane has (pip install -e \".[jax-envs]\", or pip install gymnax); the reverb "
           f"lane has none: gymnax 1.x needs jax >= 0.6 and that lane pins 0.4.34 ({e})."
