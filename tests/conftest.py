@@ -28,6 +28,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
+# Marks the processes this session starts (they inherit the environment), so a test that
+# looks for its stray processes does not count another session's: a second lane running
+# side by side, or a user's own run on the machine.
+os.environ["PODRACER_TEST_SESSION"] = f"{os.getpid()}-{os.urandom(4).hex()}"
+
 # The fixtures podracer ships for users' tests (podracer/testing_fixtures.py).
 pytest_plugins = ["podracer.testing_fixtures"]
 

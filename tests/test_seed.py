@@ -399,8 +399,18 @@ _EARLIER_WORKERS = set()  # Worker processes that were alive before the running 
 
 
 def _all_worker_processes():
+  """This test session's worker processes: those that inherited its PODRACER_TEST_SESSION
+  (tests/conftest.py), not a user's SEED job or another lane's tests on the machine."""
   out = subprocess.run(["pgrep", "-f", "podracer.worker"], capture_output=True, text=True)
-  return [int(p) for p in out.stdout.split()]
+  tag = f"PODRACER_TEST_SESSION={os.environ['PODRACER_TEST_SESSION']}".encode()
+  mine = []
+  for pid in map(int, out.stdout.split()):
+    try:
+      if tag in pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        mine.append(pid)
+    except OSError:  # Ended since pgrep listed it.
+      continue
+  return mine
 
 
 def worker_processes():
