@@ -282,6 +282,22 @@ def episode_record(sums: Any) -> Dict[str, float]:
               episodes=count)
 
 
+def windowed_returns(records: List[Dict[str, Any]], window: int) -> List[Tuple[int, float]]:
+  """(env steps, mean return of the episodes that ended in the last `window` env steps) at
+  each record with episodes. Runs whose records cover different numbers of env steps (4x
+  the environments per batch, another `log_interval`) are then compared alike: a record's
+  mean over one or two episodes is noisy, and a run of more, smaller records has more
+  chances to show one high mean, so "first record >= X" favours it."""
+  ended, points = [], []  # (env steps, episodes, mean return) of each record with episodes
+  for record in records:
+    if record.get("episodes", 0) > 0 and "episode_return" in record:
+      now = record["env_steps"]
+      ended.append((now, record["episodes"], record["episode_return"]))
+      inside = [(n, mean) for steps, n, mean in ended if steps > now - window]
+      points.append((now, sum(n * mean for n, mean in inside) / sum(n for n, _ in inside)))
+  return points
+
+
 def warming_up(record: Dict[str, Any], replay: Any) -> Dict[str, Any]:
   """Fields of a record of updates that learned nothing while a device replay held fewer
   than `replay.min_size` items: `learning_started: false` and the min size, as a host

@@ -15,6 +15,7 @@ from podracer import builder
 from podracer.components.networks import MuZeroNetwork
 from podracer.errors import ConfigError
 from podracer.experience import Sample
+from podracer.metrics import windowed_returns
 from podracer.types import REPLICA_AXIS, StepType, TimeStep, Trajectory
 from tests.reverb_support import current_lane
 from tests.test_launch import launch
@@ -82,7 +83,8 @@ def test_n_step_targets_match_a_hand_computation():
 
 
 def test_targets_bootstrap_from_search_values_or_the_target_network():
-  config = _catch(value_bootstrap="target")
+  config = _catch(value_bootstrap="target", sgd_steps=1)
+  config.runtime.updates_per_call = 1  # One rollout of 16 x 16 fills items to sample.
   experiment = builder.build(config)
   agent = experiment.agent
   state, _, _ = experiment.runtime.step(experiment.runtime.init())
@@ -371,6 +373,20 @@ def test_muzero_pixel_catch_anakin_learns_from_frames_with_the_atari_model():
   records = builder.build(config).run(stream=None)["records"]
   best = _best_by(records, 150_000)
   assert best >= 0.5, f"best mean episode return {best:.2f} < 0.5"
+
+
+def test_windowed_returns_weigh_each_episode_of_the_last_window_alike():
+  """The batch split's measure (benchmarks/muzero_split.py): a record of two 500-step
+  episodes among records of 200 does not reach 400 once its neighbours count."""
+  records = [dict(env_steps=512 * i, episodes=3.0, episode_return=200.0) for i in (1, 2, 3)]
+  records += [dict(env_steps=2048, episodes=2.0, episode_return=500.0),
+              dict(env_steps=2560, learning=1.0)]  # No episode ended: no point.
+  points = windowed_returns(records, window=2048)
+  assert [steps for steps, _ in points] == [512, 1024, 1536, 2048]
+  assert points[0][1] == 200.0
+  # At 2048 the window (0, 2048] holds 9 episodes of 200 and 2 of 500.
+  assert points[-1][1] == pytest.approx((9 * 200 + 2 * 500) / 11)
+  assert windowed_returns(records, window=1)[-1][1] == 500.0  # The record alone.
 
 
 @learning
