@@ -17,6 +17,7 @@ from typing import Callable, Dict, Optional
 
 from ml_collections import config_dict
 
+from podracer.config_files import UnknownConfigName
 from podracer.metrics import PROGRESS_METRICS
 
 
@@ -179,7 +180,7 @@ def getter(what: str, named: Dict[str, Callable[[], config_dict.ConfigDict]],
   """A config file's `get_config`: `--config=FILE:NAME` calls it with NAME."""
   def get_config(name: str = default) -> config_dict.ConfigDict:
     if name not in named:
-      raise ValueError(f"Unknown {what} config '{name}'; choose one of "
+      raise UnknownConfigName(f"Unknown {what} config '{name}'; choose one of "
                        f"{', '.join(named)}.")
     return named[name]()
   return get_config

@@ -30,9 +30,10 @@ import textwrap
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags, logging
-from ml_collections import config_dict, config_flags
+from ml_collections import config_flags
 
-from podracer import disk, distributed, preemption, runs as runs_lib, validation
+from podracer import (config_files, disk, distributed, preemption, runs as runs_lib,
+                      validation)
 from podracer.errors import (ConfigError, DiskError, EnvironmentWorkerError, NonFiniteError,
                              ThreadFailure)
 from podracer.metrics import METRICS_FILE
@@ -174,13 +175,13 @@ class _ComposingParser(flags.ArgumentParser):
     self.inner, self.choices, self.sweeps, self.config = inner, {}, {}, None
 
   def parse(self, argument):
-    config = self.inner.parse(argument)
-    if isinstance(config, config_dict.ConfigDict):  # Not ml_collections' error stand-in.
-      self.config = config
-      from podracer import compose  # pylint: disable=import-outside-toplevel
-      with config.unlocked():
-        compose.choose(config, self.choices)
-        runs_lib.add_sweep(config, self.sweeps)
+    # podracer's loader, not ml_collections': every way the file can be wrong is one
+    # paragraph naming it (podracer/config_files.py), whatever else the command line has.
+    self.config = config = config_files.load(argument)
+    from podracer import compose  # pylint: disable=import-outside-toplevel
+    with config.unlocked():
+      compose.choose(config, self.choices)
+      runs_lib.add_sweep(config, self.sweeps)
     return config
 
   def flag_type(self):
@@ -211,7 +212,11 @@ def _section_choices(argv):
 def _parse_flags(argv):
   """absl's parser, with bad overrides reported as one paragraph instead of a traceback."""
   path = _config_path(argv)
-  if path and os.path.isfile(path):  # A missing file is reported by main.
+  if path is not None:
+    try:  # Before anything else on the command line is looked at.
+      config_files.check_readable(path)
+    except ConfigError as e:
+      _fail(str(e))
     _prepare_config_file(path)
   _CONFIG_PARSER.choices, argv = _section_choices(argv)
   # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/runs.py.
@@ -220,12 +225,9 @@ def _parse_flags(argv):
   sys.argv[:] = argv
   try:
     return flags.FLAGS(argv)
-  except ImportError as e:  # absl lets these through; only the config file imports here.
-    missing = f"module '{e.name}'" if e.name else "a module"
-    _fail(f"config file '{path}' could not import {missing} ({type(e).__name__}: {e}). "
-          f"Modules in the config file's folder ({os.path.dirname(os.path.abspath(path))}) "
-          "are importable; others must be installed or on PYTHONPATH.")
-  except ConfigError as e:  # From a --config.SECTION=NAME choice.
+  except ConfigError as e:  # The config file (podracer/config_files.py) or a choice.
+    if "--debug" in argv:
+      raise
     _fail(str(e))
   except flags.Error as e:
     message = str(e)

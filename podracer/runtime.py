@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, ClassVar, Dict, NamedTuple, Protocol
 
+from podracer.deprecation import renamed_attribute
 from podracer.errors import ConfigError
 from podracer.types import EnvSpec
 
@@ -29,6 +30,10 @@ class Plan(NamedTuple):
   env_steps_per_round: int
   num_rounds: int
   updates_per_round: int
+
+  # Renamed in 0.4.0, without a shim until 0.6.0; goes in 0.7.0 (CHANGELOG.md).
+  updates_per_call = renamed_attribute("updates_per_call", "updates_per_round", "0.4.0",
+                                       removed_in="0.7.0")
 
   @property
   def num_updates(self) -> int:

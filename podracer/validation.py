@@ -27,13 +27,9 @@ POSITIVE_INTS = (
 
 
 def check_config_file(flag_value: str) -> None:
-  """`--config=path/to/config.py:NAME` must name a file that exists."""
-  path = flag_value.split(":", 1)[0]
-  if not os.path.isfile(path):
-    where = f" (looked in {os.getcwd()})" if not os.path.isabs(path) else ""
-    raise ConfigError(f"config file '{path}' does not exist{where}; pass "
-                      "--config=path/to/config.py:NAME, e.g. "
-                      "--config=agents/ppo/config.py:cartpole_anakin.")
+  """`--config=path/to/config.py:NAME` must name a file that exists and can be read."""
+  from podracer import config_files  # pylint: disable=import-outside-toplevel
+  config_files.check_readable(config_files.split(flag_value)[0])
 
 
 def check_config(config: Any) -> None:

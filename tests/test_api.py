@@ -1,0 +1,87 @@
+"""The public surface is said (docs/api.md), recorded (tests/api_surface.json) and kept:
+a change fails here until the record and CHANGELOG.md are updated together."""
+
+import pathlib
+import re
+import warnings
+
+import pytest
+
+import podracer
+from podracer import api, deprecation
+from podracer.runtime import Plan, plan_rounds
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_the_public_surface_is_the_recorded_one():
+  recorded, now = api.read_snapshot(), api.surface()
+  changed = api.differences(recorded, now)
+  assert not changed, (
+      "The public surface changed (docs/api.md):\n  " + "\n  ".join(changed[:40]) +
+      "\nIf that is meant: say so in CHANGELOG.md (a minor version; a renamed or removed "
+      "name keeps a podracer.deprecation shim), then `python -m podracer.api --write`.")
+
+
+def test_the_record_the_changelog_and_the_version_agree():
+  recorded = api.read_snapshot()
+  assert recorded["version"] == podracer.__version__
+  changelog = (ROOT / "CHANGELOG.md").read_text()
+  versions = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.M)
+  assert versions and versions[0] == podracer.__version__, versions[:3]
+  assert versions == sorted(versions, key=lambda v: tuple(map(int, v.split("."))),
+                            reverse=True)
+  assert recorded["changelog_sha"] == api._sha(api.changelog_section(podracer.__version__)), (
+      "CHANGELOG.md's current section changed after the surface was recorded: run "
+      "`python -m podracer.api --write`.")
+
+
+def test_docs_api_names_every_public_module_and_name():
+  text = (ROOT / "docs" / "api.md").read_text()
+  for module in api.PUBLIC:
+    row = re.search(rf"^\| `{re.escape(module)}` \|(.*)$", text, re.M)
+    assert row, f"docs/api.md has no row for {module}"
+    for name in api.public_names(module):
+      assert f"`{name}`" in row.group(1), f"docs/api.md's row for {module} lacks {name}"
+
+
+def test_a_changed_surface_is_not_recorded_without_its_changelog_line():
+  old = api.read_snapshot()
+  new = dict(old, names=dict(old["names"], **{"podracer.new_name": dict(kind="function",
+                                                                       signature="()")}))
+  why = api.refuse_to_write(old, new)
+  assert "CHANGELOG.md's section" in why and "did not" in why
+  assert api.refuse_to_write(old, dict(old)) == ""  # Nothing changed: may be rewritten.
+  assert "no section '## [9.9.0]'" in api.refuse_to_write(old, dict(new, version="9.9.0"))
+  assert api.differences(old, new) == ["added    names: podracer.new_name = function()"]
+
+
+def test_plan_updates_per_call_warns_once_with_the_new_name_and_gives_its_value():
+  plan = plan_rounds(env_steps_per_round=512, updates_per_round=8, total_env_steps=2048)
+  deprecation._warned.discard("Plan.updates_per_call")
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    assert plan.updates_per_call == 8 == plan.updates_per_round
+    assert plan.updates_per_call == 8  # A second read: no second warning.
+  assert len(caught) == 1 and caught[0].category is DeprecationWarning
+  message = str(caught[0].message)
+  assert "`Plan.updates_per_round`" in message and "0.7.0" in message
+  assert caught[0].filename == __file__  # It points at the caller's line.
+  assert isinstance(plan, Plan) and "updates_per_call" not in Plan._fields
+
+
+def test_renamed_module_names_serve_the_new_name_warning_once():
+  import types
+  module = types.ModuleType("podracer_probe")
+  module.new_name = object()
+  module.__getattr__ = deprecation.renamed_module_names(
+      "podracer_probe", {"old_name": ("new_name", "0.6.0")})
+  import sys
+  sys.modules["podracer_probe"] = module
+  try:
+    with pytest.warns(DeprecationWarning, match="`podracer_probe.new_name`"):
+      assert module.old_name is module.new_name
+    with pytest.raises(AttributeError, match="no attribute 'other'"):
+      module.other  # pylint: disable=pointless-statement
+  finally:
+    del sys.modules["podracer_probe"]
