@@ -4,5 +4,6 @@ from agents import dqn  # noqa: F401
 from agents import impala  # noqa: F401
 from agents import muzero  # noqa: F401
 from agents import ppo  # noqa: F401
+from agents import pqn  # noqa: F401
 from agents import r2d2  # noqa: F401
 from agents import sac  # noqa: F401

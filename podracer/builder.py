@@ -193,6 +193,8 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
   _check_action_kind(config, factory, spec)
   params = inspect.signature(factory).parameters
   injected: Dict[str, Any] = {"spec": spec}
+  if "total_updates" in params:  # Schedules over the run's updates (PQN's epsilon).
+    injected["total_updates"] = total_updates
   for name, reg in compose.agent_sections(params).items():
     if name not in config:
       if params[name].default is not params[name].empty:  # Optional: the agent's default.

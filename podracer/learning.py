@@ -200,8 +200,14 @@ def minibatch_epochs(objectives: Sequence[Objective], nets: PyTree, opt_state: D
   """
   num_examples = jax.tree.leaves(batch)[0].shape[0]
   if num_examples % num_minibatches:
-    raise ValueError(f"{num_examples} examples do not split into {num_minibatches} "
-                     f"minibatches.")
+    # Met when first traced: under Sebulba and SEED the batch an update gets follows
+    # from the actors, learners and rollouts, so this is where it is known.
+    fits = [n for n in range(1, min(num_examples, 64) + 1) if num_examples % n == 0]
+    raise ConfigError(
+        f"`agent.num_minibatches` = {num_minibatches} minibatches of equal size do not "
+        f"divide the {num_examples} examples each update learns from (its environments x "
+        f"rollout steps on one learner device); choose a divisor of {num_examples} (e.g. "
+        f"{', '.join(map(str, fits[-4:]))}) or change the environments or the rollout.")
   metrics_shape = jax.eval_shape(
       lambda: gradient_step(objectives, nets, opt_state,
                             jax.tree.map(lambda x: x[:num_examples // num_minibatches], batch),

@@ -69,16 +69,22 @@ def eval_exploration(num_envs: int, epsilon: float, anneal_steps: int,
                      jnp.full((num_envs,), anneal_steps, jnp.int32))
 
 
+def epsilon_greedy_actions(q: jax.Array, epsilon: jax.Array, key: jax.Array) -> jax.Array:
+  """Actions [B] int32 for Q-values [B, A]: uniformly random with probability `epsilon`
+  (a scalar or [B]), else the argmax."""
+  explore_key, action_key = jax.random.split(key)
+  greedy = jnp.argmax(q, axis=-1)
+  random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1])
+  explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
+  return jnp.where(explore, random, greedy).astype(jnp.int32)
+
+
 def epsilon_greedy(q: jax.Array, state: QActorState, key: jax.Array,
                    anneal_steps: int) -> Tuple[jax.Array, QActorState]:
   """Actions [B] int32 for Q-values [B, A]: uniformly random with each environment's
   (annealed) rate, else greedy; the state counts one more step."""
-  explore_key, action_key = jax.random.split(key)
-  greedy = jnp.argmax(q, axis=-1)
-  random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1])
   epsilon = annealed_epsilon(state.epsilon, state.steps, anneal_steps)
-  explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
-  action = jnp.where(explore, random, greedy).astype(jnp.int32)
+  action = epsilon_greedy_actions(q, epsilon, key)
   return action, state._replace(steps=state.steps + 1)
 
 

@@ -88,6 +88,29 @@ BAD_INPUTS = {
     "DQN target period": (["--config=agents/dqn/config.py:cartpole_anakin",
                            "--config.agent.target_update_period=0"],
                           "`agent.target_update_period`"),
+    "PQN lambda above 1": (["--config=agents/pqn/config.py:cartpole_anakin",
+                            "--config.agent.lam=1.5"],
+                           "`agent.lam` of agent 'pqn' is a probability in [0, 1], got 1.5"),
+    "PQN eps_start below eps_finish": (["--config=agents/pqn/config.py:cartpole_anakin",
+                                        "--config.agent.eps_start=0.1",
+                                        "--config.agent.eps_finish=0.5"],
+                                       "`agent.eps_start` (0.1) must be at least "
+                                       "`agent.eps_finish` (0.5)"),
+    "PQN eps_finish above 1": (["--config=agents/pqn/config.py:cartpole_anakin",
+                                "--config.agent.eps_finish=1.2"],
+                               "`agent.eps_finish` of agent 'pqn' is a probability"),
+    "PQN eps_decay of 0": (["--config=agents/pqn/config.py:cartpole_anakin",
+                            "--config.agent.eps_decay=0.0"],
+                           "`agent.eps_decay` of agent 'pqn' is a fraction in (0, 1]"),
+    # Met when the learner first traces its update: a thread's ConfigError, still exit 2.
+    "PQN minibatches under Sebulba": (["--config=agents/pqn/config.py:cartpole_sebulba",
+                                       "--config.agent.num_minibatches=7"],
+                                      "`agent.num_minibatches` = 7 minibatches of equal "
+                                      "size do not divide the 2048 examples"),
+    "PQN continuous actions": (["--config=agents/pqn/config.py:cartpole_anakin",
+                                "--config.env=pendulum"],
+                               "Agent 'pqn' takes discrete actions (its `action_kind`), but "
+                               "environment 'pendulum'"),
 }
 
 
@@ -99,7 +122,7 @@ def test_bad_input_exits_2_with_one_paragraph_naming_it(case):
   assert "Traceback" not in result.stderr + result.stdout
   assert result.stderr.startswith("Config error: ") and result.stderr.count("\n\n") == 0
   assert named in result.stderr.replace("\n", " "), result.stderr
-  assert "env steps" not in result.stdout  # Refused before the run started.
+  assert "| env steps" not in result.stdout  # Refused before the first record.
 
 
 def test_sizes_must_be_positive_integers_and_unset_placeholders_pass():

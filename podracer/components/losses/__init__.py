@@ -5,9 +5,10 @@ from podracer.components.losses.actor_critic import (PolicyGradientBatch, PPOLos
                                                      categorical_log_prob,
                                                      generalized_advantages, normalize,
                                                      policy_gradient_batch, transition_mask)
-from podracer.components.losses.q_learning import (QLearningLoss, n_step_double_q_targets,
+from podracer.components.losses.q_learning import (QLambdaLoss, QLearningLoss,
+                                                   n_step_double_q_targets,
                                                    n_step_double_q_td, n_step_returns,
-                                                   value_rescaling)
+                                                   q_lambda_targets, value_rescaling)
 from podracer.components.losses.sac import (soft_policy_loss, soft_q_target,
                                             temperature_loss, twin_q_loss)
 from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_batch
@@ -15,6 +16,7 @@ from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_ba
 __all__ = ["PolicyGradientBatch", "PPOLoss", "categorical_entropy", "categorical_log_prob",
            "generalized_advantages", "normalize", "policy_gradient_batch", "transition_mask",
            "QLearningLoss", "n_step_double_q_targets", "n_step_double_q_td",
+           "QLambdaLoss", "q_lambda_targets",
            "n_step_returns", "value_rescaling",
            "VTraceBatch",
            "VTraceLoss", "vtrace_batch", "soft_policy_loss", "soft_q_target",

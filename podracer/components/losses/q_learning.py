@@ -87,6 +87,41 @@ def n_step_double_q_td(q: jax.Array, target_q: jax.Array, action: jax.Array,
   return target - taken(q[:-1], action[:-1])
 
 
+def transitions(timestep: TimeStep, discount: float
+                ) -> Tuple[jax.Array, jax.Array, jax.Array]:
+  """The T transitions of [T + 1, ...] steps: (reward, gamma, reset), each [T, ...].
+
+  reward[t] = r_{t+1}, gamma[t] = discount * d_{t+1} (0 after a termination, `discount`
+  after a time limit), reset[t] whether step t is LAST: transition t is then the reset
+  into the next episode, no transition at all (its action was ignored). Every target
+  here is masked there and stops before it.
+  """
+  reset = timestep.step_type[:-1] == StepType.LAST
+  return timestep.reward[1:], discount * timestep.discount[1:], reset
+
+
+def q_lambda_targets(q: jax.Array, reward: jax.Array, gamma: jax.Array, reset: jax.Array,
+                     lam) -> jax.Array:
+  """Peng's Q(lambda) targets [T, B] of the T transitions of [T + 1, B] steps (no
+  gradient), as PQN computes them (Gallici et al. 2025):
+
+      G_t = r_t + gamma_t [(1 - lambda_t) max_a q[t+1, a] + lambda_t G_{t+1}]
+
+  with G_T's place taken by max_a q[T, a] (the bootstrap at the rollout's end) and
+  lambda_t = 0 where transition t+1 is a reset (step t+1 is LAST): the return stops at
+  the episode's end and bootstraps from its last step with the discount gathered,
+  nothing after a termination (gamma 0), the last step's value after a time limit.
+  lambda = 0 is one-step Q-learning; lambda = 1 the discounted return to the rollout's
+  end or the episode's, bootstrapped there. `q` [T + 1, B, A]; the rest [T, B] from
+  `transitions`.
+  """
+  value = jnp.max(jax.lax.stop_gradient(q[1:]), axis=-1)
+  continues = jnp.concatenate([~reset[1:], jnp.zeros_like(reset[:1])], 0)
+  lambdas = lam * continues.astype(value.dtype)
+  per_env = jax.vmap(rlax.lambda_returns, in_axes=1, out_axes=1)
+  return jax.lax.stop_gradient(per_env(reward, gamma, value, lambdas))
+
+
 def taken(q: jax.Array, action: jax.Array) -> jax.Array:
   """q[..., action]: the values of the actions taken."""
   return jnp.take_along_axis(q, action[..., None], -1)[..., 0]
@@ -136,13 +171,8 @@ class QLearningLoss:
                action: jax.Array, weights: jax.Array, discount: float
                ) -> Tuple[jax.Array, Dict[str, jax.Array]]:
     target_q = jax.lax.stop_gradient(target_q)
-    # Transitions out of a LAST step are resets (their action was ignored): masked, and
-    # n-step returns stop before them, bootstrapping from the LAST step unless the
-    # episode terminated (a time limit's return goes on).
-    cut = timestep.step_type[:-1] == StepType.LAST
+    reward, gamma, cut = transitions(timestep, discount)
     not_reset = (~cut).astype(jnp.float32)
-    reward = timestep.reward[1:]
-    gamma = discount * timestep.discount[1:]
     selector = q if self.double else target_q
     target = n_step_double_q_targets(selector, target_q, reward, gamma, self.n_step,
                                      self.tx_pair, cut=cut)
@@ -155,3 +185,40 @@ class QLearningLoss:
       per_step = 0.5 * jnp.square(td)
     loss = jnp.sum(weights[None] * per_step * mask) / jnp.maximum(jnp.sum(mask), 1.0)
     return loss, dict(abs_td=jnp.abs(td), mask=mask, q=q[:learned], target=target)
+
+
+@registry.losses.register("q_lambda")
+class QLambdaLoss:
+  """PQN's loss: Q(lambda) targets over a rollout, then a regression of the taken
+  actions' values on them,
+
+      L = sum_i m_i l(G_i - q(s_i, a_i)) / sum_i m_i
+
+  over a minibatch of transitions i, G the Q(lambda) targets (`q_lambda_targets`),
+  computed once per rollout from the network before the update, m 0 on reset
+  transitions, l a half square or, with `huber_delta` > 0, the Huber loss.
+
+  `targets(q, timestep, discount, lam)` gives (G, m), each [T, B], from the Q-values
+  [T + 1, B, A] of the rollout's steps; `loss(q_taken, target, mask)` the loss and its
+  metrics on a minibatch ([N] each).
+  """
+
+  def __init__(self, huber_delta: Annotated[float, NonNegative] = 0.0):
+    self.huber_delta = huber_delta
+
+  def targets(self, q: jax.Array, timestep: TimeStep, discount: float, lam
+              ) -> Tuple[jax.Array, jax.Array]:
+    reward, gamma, reset = transitions(timestep, discount)
+    return (q_lambda_targets(q, reward, gamma, reset, lam),
+            (~reset).astype(jnp.float32))
+
+  def __call__(self, q_taken: jax.Array, target: jax.Array, mask: jax.Array
+               ) -> Tuple[jax.Array, Dict[str, jax.Array]]:
+    td = jax.lax.stop_gradient(target) - q_taken
+    per_step = (rlax.huber_loss(td, self.huber_delta) if self.huber_delta
+                else 0.5 * jnp.square(td))
+    count = jnp.maximum(jnp.sum(mask), 1.0)
+    loss = jnp.sum(per_step * mask) / count
+    return loss, dict(q_mean=jnp.sum(q_taken * mask) / count,
+                      target_mean=jnp.sum(target * mask) / count,
+                      abs_td=jnp.sum(jnp.abs(td) * mask) / count)

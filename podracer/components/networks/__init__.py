@@ -118,28 +118,36 @@ class RecurrentQNetwork(NamedTuple):
 
 
 def _q_torso(network: str, torso: str, hidden_sizes: Sequence[int], activation: str,
-             channels_first: bool) -> Callable[[], hk.Module]:
-  """The torso a Q network names ('mlp', or 'impala' / 'nature' for images), checked now
-  and made inside the network's transform."""
+             channels_first: bool, layer_norm: bool = False) -> Callable[[], hk.Module]:
+  """The torso a Q network names ('mlp', or 'impala' / 'nature' / 'minatar' for images),
+  checked now and made inside the network's transform."""
   if torso != "mlp" and torso not in ATARI_TORSOS:
     raise ValueError(f"Unknown torso {torso!r} for network '{network}'; options: mlp, "
                      f"{', '.join(sorted(ATARI_TORSOS))}.")
   _check_activation(activation)
   if torso == "mlp":
-    return lambda: MLP(hidden_sizes, activation, name="torso")
-  return lambda: ATARI_TORSOS[torso](channels_first=channels_first, name="torso")
+    return lambda: MLP(hidden_sizes, activation, layer_norm=layer_norm, name="torso")
+  return lambda: ATARI_TORSOS[torso](channels_first=channels_first, layer_norm=layer_norm,
+                                     name="torso")
 
 
 @registry.networks.register("q_network")
 def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (64, 64),
               activation: str = "relu", dueling: bool = False,
-              head_hidden_sizes: Sequence[int] = (), channels_first: bool = True
-              ) -> hk.Transformed:
+              head_hidden_sizes: Sequence[int] = (), channels_first: bool = True,
+              layer_norm: bool = False) -> hk.Transformed:
   """DQN's network: Q-values [B, num_actions] from a torso ('mlp' of `hidden_sizes`, or
-  'nature' / 'impala' for images) and a linear layer, or with `dueling` a dueling head
-  (Wang et al. 2016) whose streams have `head_hidden_sizes` hidden layers."""
+  'nature' / 'impala' / 'minatar' for images) and a linear layer, or with `dueling` a
+  dueling head (Wang et al. 2016) whose streams have `head_hidden_sizes` hidden layers.
+
+  `layer_norm` puts a LayerNorm after each hidden layer of the torso (every dense layer
+  of the MLP; every conv and the dense layer of a conv torso, an IMPALA section's
+  output), before its activation: PQN's network (Gallici et al. 2025), where it stands
+  in for a target network. It has no state (BatchNorm, which would, is not offered).
+  """
   num_actions = num_discrete_actions(spec, "q_network")
-  make_torso = _q_torso("q_network", torso, hidden_sizes, activation, channels_first)
+  make_torso = _q_torso("q_network", torso, hidden_sizes, activation, channels_first,
+                        layer_norm)
   if torso != "mlp":
     check_image_torso(spec, torso, "q_network")
 

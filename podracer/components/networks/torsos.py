@@ -50,17 +50,27 @@ class MLP(hk.Module):
   """Flattens the observation and applies dense layers, each followed by the activation."""
 
   def __init__(self, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
-               name: Optional[str] = None):
+               layer_norm: bool = False, name: Optional[str] = None):
     super().__init__(name=name)
     self._hidden_sizes = tuple(hidden_sizes)
     self._activation = activation_fn(activation)
+    self._layer_norm = layer_norm
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x = jnp.reshape(x, (x.shape[0], -1)).astype(jnp.float32)
     for i, size in enumerate(self._hidden_sizes):
       x = hk.Linear(size, w_init=_orthogonal(), name=f"linear_{i}")(x)
-      x = self._activation(x)
+      x = self._activation(normalized(x, self._layer_norm, f"layer_norm_{i}"))
     return x
+
+
+def normalized(x: jax.Array, layer_norm: bool, name: str) -> jax.Array:
+  """LayerNorm over the features (the last axis; a conv map's channels), with a learned
+  scale and offset, where `layer_norm`; `x` otherwise. After a layer, before its
+  activation, as PQN puts it (Gallici et al. 2025: it stands in for a target network)."""
+  if not layer_norm:
+    return x
+  return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=name)(x)
 
 
 class NatureCNN(hk.Module):
@@ -70,10 +80,11 @@ class NatureCNN(hk.Module):
   """
 
   def __init__(self, channels_first: bool = True, hidden_size: int = 512,
-               name: Optional[str] = None):
+               layer_norm: bool = False, name: Optional[str] = None):
     super().__init__(name=name)
     self._channels_first = channels_first
     self._hidden_size = hidden_size
+    self._layer_norm = layer_norm
 
   def features(self, x: jax.Array) -> jax.Array:
     """The last conv layer's map [B, h, w, 64], before the dense layer (MuZero's
@@ -81,10 +92,14 @@ class NatureCNN(hk.Module):
     return _nature_features(self, x)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    x = _nature_features(self, x)
-    x = jnp.reshape(x, (x.shape[0], -1))
-    x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
-    return jax.nn.relu(x)
+    return _dense_relu(self, _nature_features(self, x))
+
+
+def _dense_relu(module: hk.Module, x: jax.Array) -> jax.Array:
+  """A conv torso's flattened map -> its dense layer (normalized where asked), relu."""
+  x = jnp.reshape(x, (x.shape[0], -1))
+  x = hk.Linear(module._hidden_size, w_init=_orthogonal(), name="linear")(x)  # pylint: disable=protected-access
+  return jax.nn.relu(normalized(x, module._layer_norm, "layer_norm"))  # pylint: disable=protected-access
 
 
 def max_pool_same(x: jax.Array, window: int, stride: int) -> jax.Array:
@@ -117,11 +132,12 @@ class ImpalaResNet(hk.Module):
   """
 
   def __init__(self, channels: Sequence[int] = (16, 32, 32), channels_first: bool = True,
-               hidden_size: int = 256, name: Optional[str] = None):
+               hidden_size: int = 256, layer_norm: bool = False, name: Optional[str] = None):
     super().__init__(name=name)
     self._channels = tuple(channels)
     self._channels_first = channels_first
     self._hidden_size = hidden_size
+    self._layer_norm = layer_norm
 
   def features(self, x: jax.Array) -> jax.Array:
     """The last section's map [B, h, w, channels[-1]], before the final relu and dense
@@ -129,9 +145,7 @@ class ImpalaResNet(hk.Module):
     return _impala_features(self, x)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    x = jnp.reshape(jax.nn.relu(_impala_features(self, x)), (x.shape[0], -1))
-    x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
-    return jax.nn.relu(x)
+    return _dense_relu(self, jax.nn.relu(_impala_features(self, x)))
 
 
 # The conv stacks, as plain functions of the module: called from `__call__` they create
@@ -141,7 +155,7 @@ def _nature_features(module: NatureCNN, x: jax.Array) -> jax.Array:
   for i, (channels, kernel, stride) in enumerate(((32, 8, 4), (64, 4, 2), (64, 3, 1))):
     x = Conv2D(channels, kernel, stride=stride, padding="VALID", w_init=_orthogonal(),
                name=f"conv_{i}")(x)
-    x = jax.nn.relu(x)
+    x = jax.nn.relu(normalized(x, module._layer_norm, f"conv_{i}_layer_norm"))  # pylint: disable=protected-access
   return x
 
 
@@ -157,6 +171,7 @@ def _impala_features(module: ImpalaResNet, x: jax.Array) -> jax.Array:
       y = conv(channels, f"{block}_conv_0")(jax.nn.relu(x))
       y = conv(channels, f"{block}_conv_1")(jax.nn.relu(y))
       x = x + y
+    x = normalized(x, module._layer_norm, f"section_{i}_layer_norm")  # pylint: disable=protected-access
   return x
 
 
@@ -166,22 +181,20 @@ class MinAtarCNN(hk.Module):
   striding."""
 
   def __init__(self, channels_first: bool = False, hidden_size: int = 128,
-               name: Optional[str] = None):
+               layer_norm: bool = False, name: Optional[str] = None):
     super().__init__(name=name)
     self._channels_first = channels_first
     self._hidden_size = hidden_size
+    self._layer_norm = layer_norm
 
   def features(self, x: jax.Array) -> jax.Array:
     """The conv layer's map [B, H, W, 16] (Haiku names it under `~features`)."""
     x = preprocess_image(x, self._channels_first)
     x = Conv2D(16, 3, stride=1, padding="SAME", w_init=_orthogonal(), name="conv")(x)
-    return jax.nn.relu(x)
+    return jax.nn.relu(normalized(x, self._layer_norm, "conv_layer_norm"))
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    x = self.features(x)
-    x = jnp.reshape(x, (x.shape[0], -1))
-    x = hk.Linear(self._hidden_size, w_init=_orthogonal(), name="linear")(x)
-    return jax.nn.relu(x)
+    return _dense_relu(self, self.features(x))
 
 
 ATARI_TORSOS = {"impala": ImpalaResNet, "nature": NatureCNN, "minatar": MinAtarCNN}

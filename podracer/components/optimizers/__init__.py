@@ -14,6 +14,13 @@ from podracer import registry
 from podracer.registry.ranges import NonNegative, Positive, Probability
 
 
+def _clipped(max_grad_norm: Optional[float], transform: optax.GradientTransformation
+             ) -> optax.GradientTransformation:
+  """`transform` after global-norm clipping at `max_grad_norm` (None: no clipping)."""
+  chain = [] if max_grad_norm is None else [optax.clip_by_global_norm(max_grad_norm)]
+  return optax.chain(*chain, transform)
+
+
 def _learning_rate(learning_rate: float, anneal: bool, total_steps: int):
   if not anneal:
     return learning_rate
@@ -26,10 +33,8 @@ def adam(total_steps: int, learning_rate: Annotated[float, Positive] = 3e-4,
          max_grad_norm: Optional[Annotated[float, Positive]] = 0.5, anneal: bool = False,
          b1: Annotated[float, Probability] = 0.9, b2: Annotated[float, Probability] = 0.999) -> optax.GradientTransformation:
   """Adam with optional global-norm clipping and linear decay to zero."""
-  chain = [] if max_grad_norm is None else [optax.clip_by_global_norm(max_grad_norm)]
-  chain.append(optax.adam(_learning_rate(learning_rate, anneal, total_steps), b1=b1, b2=b2,
-                          eps=eps))
-  return optax.chain(*chain)
+  return _clipped(max_grad_norm, optax.adam(_learning_rate(learning_rate, anneal, total_steps),
+                                            b1=b1, b2=b2, eps=eps))
 
 
 @registry.optimizers.register("rmsprop")
@@ -39,7 +44,18 @@ def rmsprop(total_steps: int, learning_rate: Annotated[float, Positive] = 6e-4,
             max_grad_norm: Optional[Annotated[float, Positive]] = 40.0,
             anneal: bool = False) -> optax.GradientTransformation:
   """RMSProp as IMPALA used it, with optional clipping and linear decay."""
-  chain = [] if max_grad_norm is None else [optax.clip_by_global_norm(max_grad_norm)]
-  chain.append(optax.rmsprop(_learning_rate(learning_rate, anneal, total_steps),
-                             decay=decay, eps=eps, momentum=momentum or None))
-  return optax.chain(*chain)
+  return _clipped(max_grad_norm, optax.rmsprop(
+      _learning_rate(learning_rate, anneal, total_steps), decay=decay, eps=eps,
+      momentum=momentum or None))
+
+
+@registry.optimizers.register("radam")
+def radam(total_steps: int, learning_rate: Annotated[float, Positive] = 2.5e-4,
+          eps: Annotated[float, Positive] = 1e-8,
+          max_grad_norm: Optional[Annotated[float, Positive]] = 10.0, anneal: bool = False,
+          b1: Annotated[float, Probability] = 0.9,
+          b2: Annotated[float, Probability] = 0.999) -> optax.GradientTransformation:
+  """Rectified Adam (Liu et al. 2020) with optional clipping and linear decay: PQN's
+  optimizer (purejaxql: global-norm clipping at 10, then RAdam)."""
+  return _clipped(max_grad_norm, optax.radam(
+      _learning_rate(learning_rate, anneal, total_steps), b1=b1, b2=b2, eps=eps))
