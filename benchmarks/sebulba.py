@@ -36,6 +36,8 @@ from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.timing import full_sps  # noqa: E402
+
 _ENV = flags.DEFINE_string("env", "CartPole-v1", "EnvPool task id.")
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file (path/to/config.py:NAME); overrides --env's choice.")
@@ -121,28 +123,6 @@ def raw_envpool_sps(env_config, num_threads: int, num_envs: int, seconds: float,
   for pool in sum(pools, []):
     pool.close()
   return total / elapsed
-
-
-def full_sps(config, seconds: float) -> float:
-  """Median steps/s of the whole runtime's records over `seconds` after its first three."""
-  from podracer import builder
-  from podracer.metrics import MetricsLogger
-
-  class TimedLogger(MetricsLogger):
-    """Ends the run (as a reached target would) `seconds` after the warm-up records."""
-
-    def write(self, record, compile_step=False):
-      super().write(record, compile_step)
-      if len(self.records) == 3:
-        self.window_start = time.perf_counter()
-      if len(self.records) > 3 and time.perf_counter() - self.window_start >= seconds:
-        self.target_reached = True
-
-  config.total_env_steps = 10 ** 10  # Beyond any window; its schedules fit int32.
-  config.runtime.log_interval = 1.0
-  logger = TimedLogger(stream=None)
-  builder.build(config).runtime.run(logger)
-  return statistics.median(r["sps"] for r in logger.records[3:])
 
 
 def main(argv):

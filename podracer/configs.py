@@ -70,8 +70,10 @@ def sebulba_runtime(num_envs_per_actor: int, rollout_length: int,
   return config_dict.ConfigDict(dict(
       name="sebulba", num_envs_per_actor=num_envs_per_actor, actor_threads_per_device=2,
       rollout_length=rollout_length, updates_per_batch=1, queue_size=2,
-      log_interval=log_interval, max_policy_lag=max_policy_lag, env_mode="sync",
-      inject_failure=""))
+      log_interval=log_interval, env_mode="sync", inject_failure="",
+      # A typed placeholder when unbounded, so --config.runtime.max_policy_lag=N sets it.
+      max_policy_lag=(config_dict.placeholder(int) if max_policy_lag is None
+                      else max_policy_lag)))
 
 
 def anakin(c: config_dict.ConfigDict, num_envs_per_device: int, rollout_length: int,

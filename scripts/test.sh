@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Runs the test suite once per install lane, each in its own venv (scripts/setup_env.sh):
 #
-#   bash scripts/test.sh                      # both lanes: default, then reverb
+#   bash scripts/test.sh                      # both lanes, side by side
+#   bash scripts/test.sh --fast               # unit and contract tests only (no `learning`
+#                                             # or `slow` marker): minutes, for iterating
 #   LANES=default bash scripts/test.sh        # only the default lane
 #   PARALLEL_LANES=0 bash scripts/test.sh     # one lane after the other (default on 1 core)
 #   bash scripts/test.sh -k ppo -x            # extra arguments go to pytest
 #   bash scripts/test.sh tests/components     # paths given replace the default `tests`
 #
-# Each lane runs `python -m pytest tests -q -ra` with PODRACER_LANE=<lane> exported. Both
-# lanes run even if the first fails; the exit status is non-zero if any lane failed
-# (a lane whose pytest ran no test counts as failed).
+# Each lane runs `python -m pytest tests -q -ra` with PODRACER_LANE=<lane> exported; the
+# reverb lane runs only the tests marked `reverb_lane` (what differs there: Reverb, code
+# whose behaviour depends on that lane's JAX and libraries, the launcher there; see
+# tests/conftest.py). Both lanes run even if the first fails; the exit status is non-zero
+# if any lane failed (a lane whose pytest ran no test counts as failed).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +27,13 @@ for lane in "${LANE_LIST[@]}"; do
     *) echo "test.sh: unknown lane '$lane' in LANES (expected: default, reverb)" >&2; exit 2 ;;
   esac
 done
+
+# --fast: the unit and contract tests, without the `learning` and `slow` ones.
+ARGS=()
+for arg in "$@"; do
+  if [[ "$arg" == --fast ]]; then ARGS+=(-m "not learning and not slow"); else ARGS+=("$arg"); fi
+done
+set -- "${ARGS[@]+"${ARGS[@]}"}"
 
 # Default target is `tests`, unless the arguments already name paths or node ids.
 TARGETS=(tests)

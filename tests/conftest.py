@@ -37,17 +37,14 @@ os.environ["PODRACER_TEST_SESSION"] = f"{os.getpid()}-{os.urandom(4).hex()}"
 pytest_plugins = ["podracer.testing_fixtures"]
 
 
-# Long learning tests that touch neither Reverb nor version-specific code run in the default
-# lane only: the reverb lane (jax 0.4.34, XLA:CPU about 2.3x slower) deselects them, so CI
-# stays within its time. Each agent and runtime keeps shorter tests there (its unit tests,
-# a traced update, a short run), so that lane still builds and runs every one.
-DEFAULT_LANE_ONLY = "default_lane_only"
-
-
-def pytest_configure(config):
-  config.addinivalue_line(
-      "markers", f"{DEFAULT_LANE_ONLY}: a long learning test that touches neither Reverb "
-      "nor version-specific code; the reverb lane deselects it (tests/conftest.py).")
+# Markers (pytest.ini declares them):
+#   learning     a learning figure (tests/learning.py runs most as a user's command)
+#   slow         a test over about 10 s that is not a learning test: processes, faults,
+#                signals, long runs; `scripts/test.sh --fast` leaves both out
+#   reverb_lane  what differs in the reverb lane (Reverb itself, code whose behaviour
+#                depends on the JAX, Haiku, optax, rlax or mctx version, the launcher in
+#                that lane): the reverb lane runs these alone, the default lane runs all
+REVERB_LANE = "reverb_lane"
 
 
 def pytest_unconfigure(config):
@@ -60,7 +57,7 @@ def pytest_collection_modifyitems(config, items):
   from tests.reverb_support import current_lane  # pylint: disable=import-outside-toplevel
   if current_lane() != "reverb":
     return
-  kept = [item for item in items if item.get_closest_marker(DEFAULT_LANE_ONLY) is None]
+  kept = [item for item in items if item.get_closest_marker(REVERB_LANE) is not None]
   if len(kept) < len(items):
     config.hook.pytest_deselected(items=[i for i in items if i not in kept])
     items[:] = kept

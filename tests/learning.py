@@ -72,3 +72,14 @@ def held(records: Sequence[dict], at_least: float, runs: int) -> str:
     return ""
   return (f"IQM of the last-20 % means {figure:.1f} < {at_least} (runs: "
           f"{', '.join(f'{m:.1f}' for m in means)})")
+
+
+def assert_reached_and_held(records: Sequence[dict], runs: int, *, reached=None,
+                            held_iqm=None) -> None:
+  """Every run's best record reached `reached`, and the IQM of the runs' last-20 % means
+  is at least `held_iqm` (either left out when None)."""
+  if reached is not None:
+    assert min(best_by_run(records)) >= reached, best_by_run(records)
+  if held_iqm is not None:
+    why = held(records, held_iqm, runs)
+    assert not why, why

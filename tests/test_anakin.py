@@ -36,6 +36,7 @@ def run_records(config):
   return [{k: v for k, v in r.items() if k not in drop} for r in logger.records], state
 
 
+@pytest.mark.slow
 def test_eight_devices_is_deterministic_and_seed_dependent():
   assert jax.local_device_count() == 8, "tests/conftest.py sets 8 virtual CPU devices"
   first, _ = run_records(small_config(8))
@@ -46,6 +47,8 @@ def test_eight_devices_is_deterministic_and_seed_dependent():
   assert first != other_seed
 
 
+@pytest.mark.slow
+@pytest.mark.reverb_lane
 def test_replicas_act_on_different_data_but_keep_identical_parameters():
   _, state = run_records(small_config(8))
   observations = np.asarray(state.env.timestep.observation)  # [devices, envs, 4]
@@ -66,6 +69,7 @@ def _toy_trajectory(key, steps=5, envs=3):
   return Trajectory(timestep, (), action, extras)
 
 
+@pytest.mark.slow
 def test_ppo_update_averages_gradients_across_replicas():
   """With SGD(lr=1) and one minibatch, each replica must apply minus the mean gradient."""
   registry_network = registry.networks.get("mlp_actor_critic")
@@ -111,6 +115,8 @@ def test_compile_once_names_the_input_that_changed():
     f({"x": jnp.asarray(1.0)})  # A Python float becomes a weakly typed array.
 
 
+@pytest.mark.slow
+@pytest.mark.reverb_lane
 def test_anakin_step_compiles_once_and_rejects_changed_state():
   experiment = builder.build(small_config(2))
   runtime = experiment.runtime
@@ -139,6 +145,7 @@ def test_too_many_devices_is_a_config_error():
     builder.build(small_config(64))
 
 
+@pytest.mark.slow
 def test_stop_at_return_ends_the_run_at_the_first_record_that_reaches_it():
   from agents.ppo.config import catch_anakin
   config = catch_anakin()
@@ -152,6 +159,7 @@ def test_stop_at_return_ends_the_run_at_the_first_record_that_reaches_it():
   assert summary["stopped_at_return"] == 0.0
 
 
+@pytest.mark.reverb_lane
 def test_state_is_donated_only_where_it_pays_and_results_do_not_depend_on_it(monkeypatch):
   from podracer.runtimes import anakin
   small = builder.build(small_config(2)).runtime
@@ -166,6 +174,7 @@ def test_state_is_donated_only_where_it_pays_and_results_do_not_depend_on_it(mon
   jax.tree.map(np.testing.assert_array_equal, kept_out, donated_out)
 
 
+@pytest.mark.slow
 def test_a_budget_that_is_not_whole_calls_is_rounded_up_and_said_so():
   import io
   config = cartpole_anakin()

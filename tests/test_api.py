@@ -14,6 +14,7 @@ from podracer.runtime import Plan, plan_rounds
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.reverb_lane
 def test_the_public_surface_is_the_recorded_one():
   recorded, now = api.read_snapshot(), api.surface()
   changed = api.differences(recorded, now)

@@ -46,8 +46,8 @@ CASES = {
                  "--config.num_runs=2", "--config.sweep.optimizer.learning_rate=2.5e-4,1e-3"],
 }
 RECORDS_PER_CALL = {"ppo_runs": 4}
-# The Reverb lane resumes PPO (its JAX and orbax); these add nothing version-specific.
-DEFAULT_LANE_ONLY = {"r2d2_catch", "ppo_runs"}
+# The reverb lane resumes PPO CartPole (orbax and typed keys of its JAX) and no more.
+REVERB_LANE = {"ppo_cartpole"}
 
 
 def start(args, run_dir, devices=8):
@@ -67,8 +67,9 @@ def records(run_dir):
 
 
 @pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.default_lane_only) if c in DEFAULT_LANE_ONLY else c
+    pytest.param(c, marks=pytest.mark.reverb_lane) if c in REVERB_LANE else c
     for c in CASES])
+@pytest.mark.slow
 def test_sigterm_then_relaunch_gives_the_records_of_an_uninterrupted_run(case, tmp_path):
   pytest.importorskip("orbax.checkpoint", reason="orbax-checkpoint is a dependency "
                       "(setup.py): reinstall the lane with scripts/setup_env.sh")
@@ -137,7 +138,7 @@ SEBULBA = ["--config=agents/ppo/config.py:cartpole_sebulba",
            "--config.optimizer.learning_rate=1e-3", "--config.checkpoint_interval=1"]
 
 
-@pytest.mark.default_lane_only  # The lane resumes Sebulba from its Reverb table instead.
+@pytest.mark.slow
 def test_sebulba_resumes_its_learner_and_counters_after_sigterm(tmp_path):
   pytest.importorskip("orbax.checkpoint")
   run_dir = tmp_path / "run"
@@ -188,6 +189,7 @@ def test_a_checkpointed_run_with_another_config_is_refused(tmp_path):
   assert not (tmp_path / "checkpoints").exists()
 
 
+@pytest.mark.reverb_lane
 def test_sebulba_checkpoints_the_reverb_table_and_resumes_from_it(tmp_path):
   reverb = requires_reverb()
   pytest.importorskip("orbax.checkpoint")
@@ -223,6 +225,7 @@ def test_sebulba_checkpoints_the_reverb_table_and_resumes_from_it(tmp_path):
   assert all(r["replay_size"] == 1000 for r in after), [r["replay_size"] for r in after]
 
 
+@pytest.mark.reverb_lane
 def test_typed_prng_keys_come_back_typed_with_their_impl_and_data(tmp_path):
   pytest.importorskip("orbax.checkpoint")
   state = dict(key=jax.random.key(7), keys=jax.random.split(jax.random.key(1), 3),
@@ -251,6 +254,7 @@ def _truncate_largest_file(checkpoint_dir: pathlib.Path) -> None:
   largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
 
 
+@pytest.mark.slow
 def test_a_damaged_latest_checkpoint_is_skipped_and_the_run_resumes_from_an_older_one(tmp_path):
   pytest.importorskip("orbax.checkpoint")
   from tests.test_launch import launch

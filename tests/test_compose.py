@@ -16,6 +16,8 @@ def _message(result):
   return " ".join(result.stderr.split())  # The launcher wraps its paragraph.
 
 
+@pytest.mark.reverb_lane
+@pytest.mark.slow
 def test_section_choice_replaces_the_section_with_the_components_defaults(tmp_path):
   result = launch("--config=agents/ppo/config.py:cartpole_anakin",
                   "--config.total_env_steps=100",  # One compiled call.
@@ -93,6 +95,7 @@ def test_section_defaults_leave_out_builder_arguments_and_type_placeholders():
   env.task_id = "CartPole-v1"  # A typed placeholder: the command line can set it.
 
 
+@pytest.mark.slow
 def test_entropy_schedule_loss_component_follows_its_schedule(tmp_path):
   """examples/entropy_schedule: a loss reads learning.step() and its injected total_steps."""
   result = launch("--config=examples/entropy_schedule/config.py", f"--workdir={tmp_path}")

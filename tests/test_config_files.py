@@ -60,6 +60,7 @@ def _paragraph(stderr):
   return " ".join(stderr.split())
 
 
+@pytest.mark.reverb_lane
 @pytest.mark.parametrize("extra", list(EXTRAS))
 def test_a_missing_config_file_is_one_paragraph_whatever_else_is_given(tmp_path, extra):
   result = launch("--config=agents/ppo/nope.py:cartpole_anakin", *EXTRAS[extra],

@@ -105,6 +105,8 @@ def _steps(run):
   return sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
 
 
+@pytest.mark.reverb_lane
+@pytest.mark.slow
 def test_a_full_disk_while_checkpointing_is_named_and_the_relaunch_resumes(tmp_path):
   pytest.importorskip("orbax.checkpoint")
   run = tmp_path / "run"
@@ -131,6 +133,7 @@ def test_a_full_disk_while_checkpointing_is_named_and_the_relaunch_resumes(tmp_p
 
 @pytest.mark.parametrize("kind,what", [("metrics", "metrics"),
                                        ("events", "TensorBoard event files")])
+@pytest.mark.slow
 def test_a_full_disk_while_writing_records_is_named_and_earlier_records_stay(tmp_path, kind,
                                                                              what):
   run = tmp_path / "run"

@@ -53,6 +53,8 @@ def result(text):
   return json.loads(line[len("result: "):])
 
 
+@pytest.mark.reverb_lane
+@pytest.mark.slow
 def test_anakin_two_processes_of_four_devices_match_one_of_eight(tmp_path):
   o = ANAKIN_OVERRIDES
   run = run_launch_local(
@@ -83,13 +85,16 @@ def test_anakin_two_processes_of_four_devices_match_one_of_eight(tmp_path):
   assert result(log)["final_episode_return"] == two[-1]["episode_return"]
 
 
-@pytest.mark.default_lane_only  # A learning test; the lane runs Anakin's two processes.
+@pytest.mark.learning
 def test_sebulba_two_processes_reach_450_and_end_with_identical_parameters(tmp_path):
-  # cartpole_sebulba as configured (seed 0, 1 M env steps), on 2 processes of 1 actor +
-  # 1 learner device; the processes agree to stop once process 0's return passes 450.
+  """cartpole_sebulba (seed 0, 1 M env steps) on 2 processes of 1 actor + 1 learner
+  device; the processes agree to stop once process 0's return passes 450. Acting and
+  learning take turns in each process (`max_policy_lag=0`) and the learners all-reduce
+  in lockstep, so the run is fixed by its seed (with the config's lag of 1 it is not:
+  thread timing picks the update that first passes 450)."""
   run = run_launch_local(2, 2, "--config=agents/ppo/config.py:cartpole_sebulba",
                          f"--workdir={tmp_path}", "--config.stop_at_return=450",
-                         timeout=300)
+                         "--config.runtime.max_policy_lag=0", timeout=300)
   assert run.returncode == 0, run.stderr[-3000:]
   mine, theirs = result(run.stdout), result((tmp_path / "process_1.log").read_text())
   assert mine["stopped_at_return"] == 450  # Process 1's own episodes may not have.

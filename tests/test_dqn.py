@@ -10,6 +10,7 @@ from agents.dqn import config as dqn_config
 from podracer import builder, registry
 from podracer.testing import fake_spec, traced_update
 from podracer.types import StepType, TimeStep
+from tests.learning import assert_reached_and_held, launch_runs
 from tests.reverb_support import requires_reverb
 
 
@@ -62,6 +63,7 @@ def test_acting_is_epsilon_greedy_and_evaluation_greedy():
   np.testing.assert_array_equal(evaluated.action, greedy)
 
 
+@pytest.mark.reverb_lane
 def test_one_update_learns_once_the_replay_can_sample_and_reports_its_diagnostics():
   config = _cartpole()
   config.runtime.updates_per_call = 8   # 16 items inserted per update: 128 in the call
@@ -80,17 +82,20 @@ def test_one_update_learns_once_the_replay_can_sample_and_reports_its_diagnostic
   assert np.all((age > 0) & (age < 128 * config.runtime.rollout_length)), age
 
 
-@pytest.mark.default_lane_only  # No Reverb and nothing version-specific: a learning test.
-def test_dqn_cartpole_anakin_holds_400_over_the_last_fifth_of_500k_steps():
-  """Seed 0, the whole budget, no retries (2026-11-25, jax 0.10.2: best 500, a mean of
-  445 over the last 20 %; seeds 1-4: 367, 496, 427, 469)."""
+@pytest.mark.learning
+def test_dqn_cartpole_anakin_over_5_seeds_reaches_400_and_holds_250(tmp_path):
+  """Seeds 0-4 in one program, one host device, the whole 500K each. DQN on CartPole
+  reaches 500 and then forgets part of it (its last records fall back while TD errors
+  stay small): 2026-11-27, best 500, 463, 440, 500, 495; last-20 % means 426, 352, 203,
+  272, 425 (IQM 350). Run alone, seeds 2 and 3 held 496 and 427: each run is one draw
+  of that forgetting, so the claim is the IQM's, with a margin for another machine's
+  rounding. A larger replay (50K), a slower target (500), a Huber loss or Adam 1e-4 each
+  held less (IQM 239, 182, 57, 145). A random policy gets about 22."""
   config = _cartpole()
   assert config.seed == 0 and config.total_env_steps == 500_000
-  summary = builder.build(config).run(stream=None)
-  records = summary["records"]
-  returns = [r["episode_return"] for r in records if r.get("episode_return") is not None]
-  tail = returns[int(len(returns) * 0.8):]
-  assert np.mean(tail) >= 400, f"mean return over the last 20% {np.mean(tail):.1f} < 400"
+  records = launch_runs("agents/dqn/config.py:cartpole_anakin", tmp_path, "--config.num_runs=5")
+  assert_reached_and_held(records, 5, reached=400, held_iqm=250)
+  records = [r for r in records if r.get("run", 0) == 0]
   learned = [r for r in records if r.get("learning", 0) > 0]
   # Values in return units below CartPole's horizon 1 / (1 - discount).
   assert 20 < learned[-1]["target_mean"] < 1 / (1 - config.agent.discount)
@@ -98,8 +103,8 @@ def test_dqn_cartpole_anakin_holds_400_over_the_last_fifth_of_500k_steps():
 
 
 @pytest.mark.parametrize("replay", [
-    "reverb", pytest.param("host", marks=pytest.mark.default_lane_only),
-    pytest.param("device", marks=pytest.mark.default_lane_only)])
+    pytest.param("reverb", marks=pytest.mark.reverb_lane), "host", "device"])
+@pytest.mark.slow
 def test_dqn_runs_under_sebulba_on_every_replay(replay):
   """The same agent under Sebulba, its replay in Reverb (its lane), host memory or on the
   learner device: it learns from what the actors inserted. (The reverb lane runs the
@@ -122,6 +127,7 @@ def test_dqn_runs_under_sebulba_on_every_replay(replay):
     assert all("learning_started" not in r for r in learned)
 
 
+@pytest.mark.reverb_lane
 def test_dqn_atari_config_is_the_nature_dqn_and_traces_an_update():
   """The Nature DQN's settings on Pong frames, one learner update traced on a batch of
   8 items of 4 transitions (32, the paper's batch). (Its device replay, 35 GB, is

@@ -53,6 +53,7 @@ class SignNetwork:
                    jnp.zeros(observation.shape[:1]))
 
 
+@pytest.mark.reverb_lane
 def test_the_greedy_policy_of_a_fixed_network_scores_every_step():
   env = Alternate(horizon=4)
   agent = PPO(env.spec(), SignNetwork(), loss=None, optimizer=optax.sgd(0.0))
@@ -91,6 +92,7 @@ def small(runtime):
   return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["anakin", "sebulba"])
 def test_eval_return_is_logged_beside_the_training_return(runtime):
   config = small(runtime)

@@ -175,8 +175,8 @@ def get_config(name):
 """
 
 
-@pytest.mark.parametrize("runtime", ["anakin", pytest.param(
-    "sebulba", marks=pytest.mark.default_lane_only)])  # gradient_step's check, in both.
+@pytest.mark.parametrize("runtime", [  # gradient_step's check: in both lanes, once.
+    pytest.param("anakin", marks=pytest.mark.reverb_lane), "sebulba"])
 def test_a_loss_that_returns_a_vector_exits_2_naming_the_objective_and_shape(tmp_path, runtime):
   from tests.test_launch import launch
   config = tmp_path / "vector_loss.py"

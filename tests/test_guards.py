@@ -42,6 +42,7 @@ def test_guarded_update_flags_non_finite_parameters_and_delegates_the_rest():
   assert np.isinf(nets["w"]).all()  # "stop" leaves the update alone; the host stops.
 
 
+@pytest.mark.reverb_lane
 def test_skip_update_keeps_the_previous_parameters():
   agent = guards.GuardedAgent(ScaledStep(jnp.nan), nan_policy="skip_update")
   nets, opt, _, metrics = run_update(agent)
@@ -76,6 +77,7 @@ def test_watch_raises_once_after_writing_the_record_and_names_metric_and_updates
   skipping.write(dict(env_steps=100, updates=4, loss=float("nan")))
 
 
+@pytest.mark.slow
 def test_an_exploding_learning_rate_exits_1_naming_the_metric_and_update(tmp_path):
   # A NaN learning rate is refused at build now (its declared range); 1e30 is in range
   # and blows the parameters up in the first update.

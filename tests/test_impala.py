@@ -7,26 +7,21 @@ import pytest
 
 from agents.impala import IMPALA
 from agents.impala.config import cartpole_anakin
-from podracer import builder, registry
+from podracer import registry
 from podracer.components.losses import VTraceLoss, vtrace_batch
 from podracer.types import REPLICA_AXIS, ArraySpec, DiscreteSpec, EnvSpec, StepType
 from podracer.types import TimeStep, Trajectory
+from tests.learning import assert_reached_and_held, launch_runs
 
 
-def best_return_by(records, env_steps):
-  returns = [r["episode_return"] for r in records
-             if "episode_return" in r and r["env_steps"] <= env_steps]
-  return max(returns) if returns else float("-inf")
-
-
-@pytest.mark.default_lane_only  # A learning test; IMPALA's unit tests run in both lanes.
-def test_impala_cartpole_anakin_reaches_450_within_its_env_steps():
-  config = cartpole_anakin()
-  config.topology.num_devices = 1
-  assert config.seed == 0 and config.total_env_steps <= 1_000_000
-  summary = builder.build(config).run(stream=None)
-  best = best_return_by(summary["records"], config.total_env_steps)
-  assert best >= 450, f"best mean episode return {best:.1f} < 450"
+@pytest.mark.learning
+def test_impala_cartpole_anakin_over_5_seeds_reaches_450_and_holds_it(tmp_path):
+  """Seeds 0-4 in one program, one host device: best 486-496, last-20 % means
+  469.1-482.6, IQM 475.5 (2026-11-27, 16 s)."""
+  assert cartpole_anakin().total_env_steps <= 1_000_000
+  records = launch_runs("agents/impala/config.py:cartpole_anakin", tmp_path,
+                        "--config.num_runs=5")
+  assert_reached_and_held(records, 5, reached=450, held_iqm=450)
 
 
 def _toy_trajectory(seed, steps=5, envs=3):
@@ -42,6 +37,7 @@ def _toy_trajectory(seed, steps=5, envs=3):
   return Trajectory(timestep, (), action, extras)
 
 
+@pytest.mark.reverb_lane
 def test_impala_update_applies_the_mean_gradient_of_the_replicas():
   spec = EnvSpec(ArraySpec((4,), np.float32), DiscreteSpec(2))
   network = registry.networks.get("mlp_actor_critic")(spec=spec)

@@ -20,6 +20,9 @@ import pytest
 
 from tests.reverb_support import current_lane, requires_reverb
 
+# Reverb, and the lanes themselves: the reverb lane runs this whole module.
+pytestmark = pytest.mark.reverb_lane
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 

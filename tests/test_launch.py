@@ -1,5 +1,6 @@
 """The launcher as a user runs it: a subprocess, flags, exit codes, files in the workdir."""
 
+import pytest
 import json
 import os
 import pathlib
@@ -19,6 +20,7 @@ def launch(*args, timeout=300):
                         capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.reverb_lane
 def test_misspelled_environment_exits_nonzero_with_suggestion_and_no_traceback(tmp_path):
   result = launch("--config=agents/ppo/config.py:cartpole_anakin",
                   "--config.env.name=CartPol", f"--workdir={tmp_path}")
@@ -52,6 +54,7 @@ def test_component_argument_that_does_not_exist_names_the_key(tmp_path):
   assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_user_registered_environment_and_loss_train_through_the_launcher(tmp_path):
   """examples/custom_components.py registers `match_sign` and `a2c` outside the package."""
   result = launch(f"--config={ROOT / 'examples' / 'custom_components.py'}",
@@ -79,6 +82,7 @@ SHORT_RUN = ("from agents.ppo.config import cartpole_anakin\n"
              "  return config\n")
 
 
+@pytest.mark.slow
 def test_config_file_imports_a_module_from_its_own_folder(tmp_path):
   (tmp_path / "my_components.py").write_text("STEPS = 8192\n")
   config = tmp_path / "config.py"
@@ -117,6 +121,7 @@ def test_config_file_overrides_a_built_in_name_with_override_true(tmp_path):
   assert marker.exists()
 
 
+@pytest.mark.reverb_lane
 def test_config_file_clashing_with_a_built_in_names_both(tmp_path):
   config = tmp_path / "config.py"
   config.write_text(CARTPOLE_AGAIN.format(override="", marker=str(tmp_path / "m")) + SHORT_RUN)

@@ -66,8 +66,10 @@ def alive(pid):
   return state != "Z"
 
 
-@pytest.mark.parametrize("case", ["anakin", "sebulba_envpool", pytest.param(
-    "sebulba_gymnasium", marks=pytest.mark.default_lane_only)])  # Reverb lane: one per runtime.
+@pytest.mark.parametrize("case", [  # The reverb lane: one case per runtime.
+    pytest.param("anakin", marks=pytest.mark.reverb_lane),
+    pytest.param("sebulba_envpool", marks=pytest.mark.reverb_lane), "sebulba_gymnasium"])
+@pytest.mark.slow
 def test_sigterm_stops_within_10s_writes_outputs_and_exits_143(case, tmp_path):
   if case == "sebulba_gymnasium":
     config = tmp_path / "gymnasium_config.py"

@@ -16,6 +16,7 @@ from podracer import builder
 from podracer.errors import ConfigError
 from podracer.off_policy import annealed_epsilon, apex_epsilons, sequence_priorities
 from podracer.types import StepType, TimeStep
+from tests.learning import assert_reached_and_held, best_by_run, last_fifth_means, launch_runs
 from tests.reverb_support import requires_reverb
 
 
@@ -43,6 +44,7 @@ def test_apex_epsilons_span_base_to_base_to_the_1_plus_alpha():
   assert np.all(np.diff(eps) < 0)
 
 
+@pytest.mark.slow
 def test_epsilon_anneals_from_random_to_the_apex_value_when_asked():
   eps = jnp.array([0.1, 0.01])
   at = lambda step, anneal: np.asarray(annealed_epsilon(eps, jnp.full(2, step), anneal))
@@ -67,6 +69,8 @@ def test_epsilon_anneals_from_random_to_the_apex_value_when_asked():
   assert np.all(np.abs(counts / 4000 - 1 / 3) < 0.05), counts  # same obs, uniform actions
 
 
+@pytest.mark.reverb_lane
+@pytest.mark.slow
 def test_burn_in_steps_get_no_gradient():
   config = _catch(1)
   experiment = builder.build(config)
@@ -90,6 +94,7 @@ def test_burn_in_steps_get_no_gradient():
   assert float(jnp.abs(grads[:, burn:]).sum()) > 0
 
 
+@pytest.mark.slow
 def test_a_time_limit_bootstraps_from_the_last_step_and_a_termination_does_not():
   """The transition into a LAST step is learned towards r + gamma * d * Q'(s_LAST): with a
   time limit's d = 1 its target keeps the value, with a termination's d = 0 it drops."""
@@ -124,6 +129,7 @@ class OverlappingPPO(PPO):
   trajectory_overlap = 3
 
 
+@pytest.mark.slow
 def test_trajectories_repeat_the_last_overlap_entries_of_the_previous_one():
   config = cartpole_anakin()
   config.topology.num_devices = 1
@@ -164,19 +170,21 @@ def test_runtimes_refuse_replays_they_cannot_drive():
     builder.build(config)
 
 
-@pytest.mark.default_lane_only
-def test_r2d2_catch_anakin_holds_0_9_over_the_last_fifth_of_300k_steps():
-  """Seed 0, the whole budget: reaching is not holding (2026-11-25, jax 0.10.2: best
-  0.995, 0.981 over the last 20%)."""
+@pytest.mark.learning
+def test_r2d2_catch_anakin_over_5_seeds_holds_0_75_over_the_last_fifth(tmp_path):
+  """Seeds 0-4 in one program, one host device, the whole 300K each: reaching is not
+  holding. 2026-11-27: last-20 % means 0.980, 0.949, 0.639, 0.507, 0.982 (IQM 0.856):
+  seeds 2 and 3 learn late (alone, seed 2 holds 0.59 and seed 3 0.80), so the IQM, not
+  seed 0's 0.98, is the claim. About 60 s: five runs of an LSTM over replayed sequences."""
   config = _catch(1)
   assert config.seed == 0 and config.total_env_steps == 300_000
-  summary = builder.build(config).run(stream=None)
-  returns = [r["episode_return"] for r in summary["records"] if "episode_return" in r]
-  tail = returns[int(len(returns) * 0.8):]
-  assert np.mean(tail) >= 0.9, f"mean return over the last 20% {np.mean(tail):.3f} < 0.9"
-  assert all(r["replay_size"] <= config.replay.max_size for r in summary["records"])
+  records = launch_runs("agents/r2d2/config.py:catch_anakin", tmp_path, "--config.num_runs=5")
+  assert_reached_and_held(records, 5, held_iqm=0.75)
+  assert all(r["replay_size"] <= config.replay.max_size for r in records
+             if "replay_size" in r)
 
 
+@pytest.mark.slow
 def test_anakin_says_while_the_device_replay_warms_up_and_when_it_never_would():
   config = _catch(1)
   config.replay.min_size = 7_900  # 8 steps a sequence: about 1,000 in 8,192 env steps
@@ -207,58 +215,59 @@ def _catch(num_devices):
   return config
 
 
-@pytest.mark.parametrize("replay", [
-    "reverb", pytest.param("host", marks=pytest.mark.default_lane_only),
-    pytest.param("device", marks=pytest.mark.default_lane_only)])
-def test_r2d2_sebulba_cartpole_holds_400_over_the_last_fifth(replay):
-  """The same agent under Sebulba, replaying through Reverb (its own lane), in host
-  memory or on the learner device: EnvPool CartPole-v1, seed 0, one try, the whole 500k
-  env steps. The mean episode return (the actors' own, exploration included) reaches
-  450, and its mean over the last 20 % of the run holds 400: it learned, and did not
-  fall back.
+@pytest.mark.learning
+@pytest.mark.parametrize("replay", ["host", "device"])
+def test_r2d2_sebulba_cartpole_holds_400_over_the_last_fifth(replay, tmp_path):
+  """The same agent under Sebulba, replaying in host memory or on the learner device:
+  EnvPool CartPole-v1, seed 0, one host device as a user's command runs it, the whole
+  500K env steps. The mean episode return (the actors' own, exploration included)
+  reaches 450, and its mean over the last 20 % holds 400: it learned, and did not fall
+  back. Acting and learning take turns (`max_policy_lag=0`), one update of 64 per
+  trajectory of 12 sequences, from a replay of 20,000 sequences, so a run is fixed by its
+  seed (2026-11-27: host best 483, held 466.6; device best 499, held 473.7). About 60-85
+  s: the whole budget, since holding is the claim.
 
-  Acting and learning take turns (`max_policy_lag=0`), one update of 64 per trajectory
-  of 12 sequences with every replay, from a replay of 20,000 sequences. With the host
-  and device replays a run is the same every time: under this suite's flags seeds 0-4
-  hold 466-500 (host) and 437-500 (device). Reverb samples with a generator of its own
-  that cannot be seeded, so each of its runs is another draw: runs of seeds 0, 1, 2 held
-  500, 488, 457 (2026-11-26).
-  With a replay of 5,000 sequences runs slid back after reaching 500 (seeds 0-4 held
-  311-500 with the host replay, 159-500 with the device one); until the n-step targets
-  bootstrapped at CartPole's time limit, runs held 120-370 (that defect has a test of
-  its own, above).
-  """
-  best, held = _sebulba_cartpole(replay)
-  assert best >= 450 and held >= 400, (
-      f"best mean return {best:.1f}, last-20% {held:.1f}")
-
-
-def _sebulba_cartpole(replay, **runtime):
-  """Runs `cartpole_sebulba` with `replay` on one device, checks its records (the run's
-  length, diagnostics, rates); (best mean return, its mean over the last 20 %)."""
-  from tests.test_sebulba import one_device, run_in_process, sebulba_threads
-  if replay == "reverb":
-    requires_reverb()
-  defaults = r2d2_config.cartpole_sebulba()
-  assert defaults.replay.name == "reverb" and defaults.runtime.max_policy_lag == 0
-  assert defaults.seed == 0 and defaults.total_env_steps == 500_000
-  config = one_device(r2d2_config.cartpole_sebulba())
-  config.replay.name = replay
-  config.runtime.update(runtime)
-  records, _, _ = run_in_process(config)
-  assert sebulba_threads() == []
+  With a replay of 5,000 sequences runs slid back after reaching 500; until the n-step
+  targets bootstrapped at CartPole's time limit, runs held 120-370 (that defect has a
+  test of its own, above). Reverb samples with a generator it does not let anyone seed,
+  so its runs are draws: the reverb lane's test below asserts the mechanism, and
+  `benchmarks/draws.py --cases=r2d2_sebulba_reverb` the figure."""
+  config = r2d2_config.cartpole_sebulba()
+  assert config.replay.name == "reverb" and config.runtime.max_policy_lag == 0
+  assert config.seed == 0 and config.total_env_steps == 500_000
+  records = launch_runs("agents/r2d2/config.py:cartpole_sebulba", tmp_path,
+                        f"--config.replay.name={replay}")
   end = records[-1]["env_steps"]
-  last_fifth = [r["episode_return"] for r in records
-                if "episode_return" in r and r["env_steps"] > 0.8 * end]
-  best = max(r["episode_return"] for r in records if "episode_return" in r)
   runtime = config.runtime
   assert 500_000 <= end <= 500_000 + 2 * runtime.num_envs_per_actor * runtime.rollout_length
   _check_diagnostics(records, config, replay)
-  return best, float(np.mean(last_fifth))
+  assert 30 < _learned(records)[-1]["target_mean"] < 1 / (1 - config.agent.discount)
+  best, kept = max(best_by_run(records)), last_fifth_means(records)[0]
+  assert best >= 450 and kept >= 400, f"best mean return {best:.1f}, last-20% {kept:.1f}"
+
+
+@pytest.mark.reverb_lane
+@pytest.mark.slow
+def test_r2d2_sebulba_replays_through_reverb_and_learns_at_its_rate():
+  """Reverb under Sebulba: the actors' sequences go into its table, the learner samples
+  them at the configured samples per insert, writes their priorities back, and its
+  records carry the same diagnostics as the other replays' (sampled ages within the
+  replay, finite losses). A short run: the figure is a draw (see above)."""
+  from tests.test_sebulba import one_device, run_in_process, sebulba_threads
+  requires_reverb()
+  config = one_device(r2d2_config.cartpole_sebulba())
+  config.total_env_steps = 60_000
+  records, _, _ = run_in_process(config)
+  assert sebulba_threads() == []
+  _check_diagnostics(records, config, "reverb")
+
+
+def _learned(records):
+  return [r for r in records if r.get("learning", 0) > 0]
 
 
 def _check_diagnostics(records, config, replay):
-  learned = [r for r in records if r.get("learning", 0) > 0]
+  learned = _learned(records)
   assert learned and all(np.isfinite(r["loss"]) and r["priority_mean"] > 0 for r in learned)
   # Env steps since the sampled items went in, within the replay's capacity (Reverb's
   # embedded server too: its items carry their serials).
@@ -268,7 +277,6 @@ def _check_diagnostics(records, config, replay):
   # late values are tens of steps' worth, below the horizon's 1 / (1 - discount) (with
   # the replay of 20,000 sequences runs end at 73-99: close to it, never past it).
   assert all(r["q_max"] >= r["q_mean"] for r in learned)
-  assert 30 < learned[-1]["target_mean"] < 1 / (1 - config.agent.discount)
   assert all(0 < r["replay_size"] <= config.replay.max_size for r in records[1:])
   # The replays' rate limits hold the learner to the configured samples per insert.
   for key in ("replay_inserts_per_s", "replay_samples_per_s"):
@@ -292,6 +300,8 @@ def test_r2d2_without_reverb_installed_says_which_lane_has_it(monkeypatch):
     experiment.runtime.run(None)
 
 
+@pytest.mark.reverb_lane
+@pytest.mark.slow
 def test_r2d2_atari_config_builds_the_papers_agent_and_traces_an_update():
   """The paper's Atari setup, built (Pong frames, Nature torso, LSTM 512, dueling 512) and
   one learner update traced on a batch of 64 sequences of 40 + 40 + 5 steps."""
@@ -320,6 +330,7 @@ def test_r2d2_atari_config_builds_the_papers_agent_and_traces_an_update():
   assert sample.priorities.shape == (1, 64) and metrics["loss"].shape == (1,)
 
 
+@pytest.mark.slow
 def test_r2d2_anakin_on_8_devices_averages_gradients_over_sharded_replays():
   """Each replica acts, fills its own replay shard and samples it; updates stay equal."""
   config = _catch(8)
@@ -358,6 +369,7 @@ def _atari_host(config):
   return config
 
 
+@pytest.mark.reverb_lane
 def test_r2d2_atari_replay_is_host_in_the_default_lane_and_reverb_in_reverbs():
   from tests.reverb_support import current_lane
   expected = "reverb" if current_lane() == "reverb" else "host"
@@ -381,7 +393,7 @@ def test_r2d2_atari_host_replay_holds_at_most_1_25_frames_per_env_step_at_full_s
   assert agent.replay.max_size * 85 * 4 * frame > 7.5 * needed
 
 
-@pytest.mark.default_lane_only  # The host replay: no Reverb; the lane traces R2D2's Atari update.
+@pytest.mark.slow
 def test_r2d2_atari_host_replay_at_papers_capacity_runs_20k_env_steps_of_36x36_frames():
   """The paper's replay capacity (100k sequences, 4M observations) on this CPU machine:
   the replay allocates what it fills. A small network and batch keep the test short."""

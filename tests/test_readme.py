@@ -1,5 +1,6 @@
 """The README stays true: its example is the tested file, its component list is complete."""
 
+import pytest
 import pathlib
 import re
 
@@ -47,6 +48,7 @@ def test_readme_is_a_front_door():
     assert (ROOT / link).exists(), link
 
 
+@pytest.mark.reverb_lane
 def test_every_config_a_doc_names_in_a_command_builds():
   """Each `--config=FILE:NAME` of README.md, ARCHITECTURE.md and docs/ names a config
   that builds (its overrides aside), so the docs cannot drift from the code."""

@@ -87,6 +87,7 @@ def test_bad_runs_input_is_refused_naming_the_key(overrides, words):
   assert words in " ".join(str(error.value).split())
 
 
+@pytest.mark.reverb_lane
 def test_sebulba_refuses_many_runs_and_the_launcher_exits_2_with_one_paragraph():
   result = run_launcher("--config=agents/ppo/config.py:cartpole_sebulba",
                         "--config.num_runs=2")
@@ -97,7 +98,7 @@ def test_sebulba_refuses_many_runs_and_the_launcher_exits_2_with_one_paragraph()
 
 # -- the program ----------------------------------------------------------------------
 
-@pytest.mark.default_lane_only  # 4 programs compiled; the bitwise test below runs in both.
+@pytest.mark.slow
 def test_many_runs_in_one_program_follow_the_separate_runs_of_their_seeds():
   """Run r of one vmapped program starts exactly as a single run of seed r and stays with
   it to float32 rounding. Not bitwise: XLA:CPU compiles a batched matmul with other
@@ -113,6 +114,8 @@ def test_many_runs_in_one_program_follow_the_separate_runs_of_their_seeds():
                  run_params, jax.tree.map(np.asarray, single_state.agent.nets))
 
 
+@pytest.mark.reverb_lane
+@pytest.mark.slow
 def test_a_swept_value_traced_gives_bitwise_what_the_same_constant_gives():
   constant = small_config(num_runs=1)
   traced = small_config(num_runs=1, sweep={
@@ -129,6 +132,7 @@ def test_a_swept_value_traced_gives_bitwise_what_the_same_constant_gives():
   assert all(jax.tree.leaves(jax.tree.map(np.array_equal, a.agent.opt, b.agent.opt)))
 
 
+@pytest.mark.slow
 def test_runs_with_other_learning_rates_stay_apart_and_replicas_agree_within_a_run():
   """Gradients are averaged over the 8 devices, never over runs."""
   c = small_config(sweep={"optimizer.learning_rate": [1e-4, 1e-2]})
@@ -142,6 +146,7 @@ def test_runs_with_other_learning_rates_stay_apart_and_replicas_agree_within_a_r
 
 # -- outputs ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_each_run_has_its_records_curve_and_tensorboard_directory(tmp_path):
   c = small_config(num_runs=2, sweep={"optimizer.learning_rate": [2.5e-4, 1e-3]}, calls=4)
   out = io.StringIO()
@@ -188,26 +193,24 @@ def test_stop_at_return_waits_for_every_run():
   assert logger.summary()["stopped_at_return"] == 100.0
 
 
-@pytest.mark.default_lane_only
-def test_sixteen_runs_of_ppo_cartpole_each_reach_475_within_500k_env_steps():
-  c = ppo_config.cartpole_anakin()
-  c.topology.num_devices = 1
-  c.num_runs = 16
-  c.checkpoint_interval = 0.0
-  # The program stops once every run has reached 475 (about 220K env steps each, 16 runs).
-  c.stop_at_return = 475.0
-  result = builder.build(c).run(workdir=None, stream=None)
+@pytest.mark.learning
+def test_sixteen_runs_of_ppo_cartpole_each_reach_475_within_500k_env_steps(tmp_path):
+  """16 seeds in one program, one host device: the program stops once every run has
+  reached 475 (about 220K env steps each)."""
+  from tests.learning import launch_runs  # pylint: disable=import-outside-toplevel
+  records = launch_runs("agents/ppo/config.py:cartpole_anakin", tmp_path,
+                        "--config.num_runs=16", "--config.stop_at_return=475")
   reached = {}
-  for r in result["records"]:
+  for r in records:
     if r.get("episode_return", 0.0) >= 475 and r["env_steps"] <= 500_000:
       reached.setdefault(r["run"], r["env_steps"])
   assert sorted(reached) == list(range(16)), reached
-  assert result["stopped_at_return"] == 475.0 and result["env_steps"] <= 500_000
+  assert records[-1]["env_steps"] <= 500_000
 
 
-@pytest.mark.default_lane_only  # Each agent's own tests run in both lanes.
 @pytest.mark.parametrize("agent, name", [("impala", "cartpole_anakin"), ("r2d2", "catch_anakin"),
                                          ("sac", "pendulum_anakin"), ("dqn", "cartpole_anakin")])
+@pytest.mark.slow
 def test_every_anakin_agent_trains_two_runs_that_differ(agent, name):
   """Runs of one program keep their own parameters and metrics (seeds 0 and 1)."""
   module = __import__(f"agents.{agent}.config", fromlist=["CONFIGS"])

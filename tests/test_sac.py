@@ -15,6 +15,7 @@ from podracer.components.environments import Pendulum
 from podracer.components.replay.device import DeviceReplay
 from podracer.errors import ConfigError
 from podracer.types import REPLICA_AXIS, StepType, TimeStep, Trajectory
+from tests.learning import assert_reached_and_held, launch_runs
 
 F, M, L = StepType.FIRST, StepType.MID, StepType.LAST
 
@@ -90,6 +91,8 @@ def _learn_once(agent):
   return changed, opt.optimizer, metrics
 
 
+@pytest.mark.reverb_lane
+@pytest.mark.slow
 def test_each_optimizer_updates_only_its_own_parameters():
   """The actor's optimizer never touches the critic's parameters and vice versa: with one
   role's optimizer frozen (zero updates) that role's parameters stay bit for bit the same
@@ -130,40 +133,43 @@ def _reached(records, budget):
   return steps
 
 
-@pytest.mark.default_lane_only
-def test_sac_pendulum_anakin_reaches_minus_250_within_100k_steps():
-  config = sac_config.pendulum_anakin()
-  config.topology.num_devices = 1
-  assert config.seed == 0 and config.total_env_steps == 100_000
-  config.stop_at_return = -250.0  # ends the run when reached; the budget bounds it
-  summary = builder.build(config).run(stream=None)
-  _reached(summary["records"], 100_000)
+@pytest.mark.learning
+def test_sac_pendulum_anakin_over_5_seeds_reaches_and_holds_minus_250(tmp_path):
+  """Seeds 0-4 in one program, one host device, the whole 100K each (2026-11-27: best
+  -75 to -106, last-20 % means -139 to -158, IQM -148.5; a random policy about -1,200).
+  About 70 s: five runs of an update every 8 env steps, the budget whole, since holding
+  is the claim."""
+  assert sac_config.pendulum_anakin().total_env_steps == 100_000
+  records = launch_runs("agents/sac/config.py:pendulum_anakin", tmp_path,
+                        "--config.num_runs=5")
+  assert_reached_and_held(records, 5, reached=-250, held_iqm=-250)
 
 
-@pytest.mark.default_lane_only
-def test_sac_pendulum_sebulba_reaches_minus_250_within_150k_steps():
-  """The same agent on EnvPool's Pendulum-v1, replay on the learner device."""
-  from tests.test_sebulba import one_device, run_in_process, sebulba_threads
-  config = one_device(sac_config.pendulum_sebulba())
+@pytest.mark.learning
+def test_sac_pendulum_sebulba_reaches_minus_250_within_150k_steps(tmp_path):
+  """The same agent on EnvPool's Pendulum-v1, replay on the learner device, seed 0, one
+  host device; acting and learning in turns (`max_policy_lag=0`), so the run is fixed by
+  its seed (2026-11-27: -201 by 32K env steps). The config's unbounded lag makes each
+  run another draw."""
+  config = sac_config.pendulum_sebulba()
   assert config.seed == 0 and config.total_env_steps == 150_000
-  config.stop_at_return = -250.0
-  records, _, _ = run_in_process(config)
-  assert sebulba_threads() == []
+  records = launch_runs("agents/sac/config.py:pendulum_sebulba", tmp_path,
+                        "--config.runtime.max_policy_lag=0", "--config.stop_at_return=-250")
   runtime = config.runtime
   # Within the budget, give or take the last batch of each of the two actor threads.
   _reached(records, 150_000 + 2 * runtime.num_envs_per_actor * runtime.rollout_length)
 
 
-@pytest.mark.default_lane_only
-def test_sac_brax_inverted_pendulum_holds_950_over_the_last_fifth_of_150k_steps():
+@pytest.mark.learning
+def test_sac_brax_inverted_pendulum_holds_950_over_the_last_fifth_of_150k_steps(tmp_path):
   """SAC with Brax's physics compiled into the Anakin program (`brax_anakin`: Brax's
-  inverted pendulum, 1 reward per step, 1,000 steps at most). Seeds 0-2 reached 1,000 at
-  96K-114K env steps and held 1,000 over the last fifth (docs/agents.md). Through
-  VectorEnv every episode's return is its length, and none outlives Brax's limit."""
+  inverted pendulum, 1 reward per step, 1,000 steps at most), seed 0, one host device:
+  holds 1,000 over the last fifth (2026-11-27, 39 s; under the suite's flags seeds 0-2
+  reached 1,000 at 96K-114K env steps, docs/agents.md). Through VectorEnv every episode's
+  return is its length, and none outlives Brax's limit."""
   config = sac_config.brax_anakin()
-  config.topology.num_devices = 1
   assert config.seed == 0 and config.total_env_steps == 150_000
-  records = builder.build(config).run(stream=None)["records"]
+  records = launch_runs("agents/sac/config.py:brax_anakin", tmp_path)
   episodes = [r for r in records if "episode_return" in r]
   for r in episodes:
     assert r["episode_return"] == pytest.approx(r["episode_length"], rel=1e-5)
@@ -173,6 +179,7 @@ def test_sac_brax_inverted_pendulum_holds_950_over_the_last_fifth_of_150k_steps(
   assert np.mean(last_fifth) >= 950, f"last-20% mean return {np.mean(last_fifth):.1f}"
 
 
+@pytest.mark.slow
 def test_sac_anakin_on_8_devices_keeps_replicas_equal_with_their_own_replays():
   """Each replica acts in its own environments and fills its own replay shard; the three
   optimizers apply replica-averaged gradients, so every replica's nets stay equal."""

@@ -93,6 +93,8 @@ class MemoryReplay:
     self.closed = True
 
 
+@pytest.mark.slow
+@pytest.mark.reverb_lane
 def test_actors_insert_sequences_and_the_learner_writes_priorities_back():
   config = one_device(r2d2_config.cartpole_sebulba())
   config.replay = dict(name="test_memory", batch_size=16, max_size=2000, min_size=64)
@@ -156,6 +158,7 @@ def test_a_host_replay_warming_up_writes_records_and_a_run_that_ends_there_says_
   assert "warming up replay" in logger.format(records[-1])
 
 
+@pytest.mark.slow
 def test_a_run_ending_in_warm_up_exits_0_with_one_line_saying_how_far_the_replay_got(tmp_path):
   from tests.test_launch import launch
   result = launch("--config=agents/r2d2/config.py:cartpole_sebulba",

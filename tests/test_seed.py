@@ -40,6 +40,7 @@ def one_device(config):
 # -- transport -----------------------------------------------------------------------
 
 
+@pytest.mark.reverb_lane
 def test_layouts_round_trip_every_dtype_and_shape_as_raw_bytes():
   rng = np.random.default_rng(0)
   arrays = [rng.integers(0, 255, (16, 4, 84, 84)).astype(np.uint8),
@@ -78,6 +79,7 @@ class Echo(transport.Session):
     Echo.closed_with.append(error)
 
 
+@pytest.mark.reverb_lane
 @pytest.mark.parametrize("kind", ["unix", "grpc"])
 def test_a_malformed_message_closes_that_stream_only(kind):
   Echo.closed_with = []
@@ -236,6 +238,7 @@ def _serve(server):
   return stop, thread
 
 
+@pytest.mark.reverb_lane
 @pytest.mark.parametrize("name", ["ppo", "r2d2"])
 def test_each_slots_trajectories_are_what_first_entries_and_extend_give(name):
   config = (ppo_config.cartpole_seed() if name == "ppo" else r2d2_config.cartpole_seed())
@@ -297,6 +300,7 @@ def test_r2d2_states_follow_the_environment_whatever_batch_its_steps_arrive_in()
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.reverb_lane
 def test_the_inference_step_compiles_once_whatever_the_fill():
   config = ppo_config.cartpole_seed()
   config.runtime.rollout_length = 3
@@ -431,50 +435,48 @@ def _kill_stray_workers():
       pass
 
 
-@pytest.mark.default_lane_only
-def test_ppo_cartpole_seed_holds_450_over_the_last_fifth_of_2m_steps():
+@pytest.mark.slow
+def test_a_short_ppo_run_keeps_its_policy_lag_and_its_workers_end_with_it():
+  """The mechanism PPO's SEED learning rests on: every learner batch within the config's
+  policy lag of 1, the workers' rollouts learned from (finite losses), the inference
+  server's records, and no worker left when the run ends. How well a run learns
+  depends on the workers' timing, so its figure is `benchmarks/draws.py`'s
+  (docs/seed.md), not this test's."""
   config = ppo_config.cartpole_seed()
-  assert config.seed == 0 and config.total_env_steps == 2_000_000
+  assert config.seed == 0 and config.runtime.max_policy_lag == 1
+  config.total_env_steps = 40_960
+  config.runtime.log_interval = 0.0  # a record per batch
   records = run_in_process(config)
-  end = records[-1]["env_steps"]
-  last_fifth = [r["episode_return"] for r in records
-                if "episode_return" in r and r["env_steps"] > 0.8 * end]
-  assert np.mean(last_fifth) >= 450, f"last-20% mean return {np.mean(last_fifth):.1f}"
+  assert records[-1]["env_steps"] >= 40_960
+  learned = [r for r in records if "policy_loss" in r]
+  assert len(learned) >= 10 and all(np.isfinite(r["policy_loss"]) for r in learned)
   assert max(r["policy_lag_max"] for r in records if "policy_lag_max" in r) <= 1
-  fill = [r["inference_fill"] for r in records if "inference_fill" in r]
-  assert np.median(fill) >= 0.9
+  assert all(0 < r["inference_fill"] <= 1 for r in records if "inference_fill" in r)
   assert worker_processes() == []
 
 
-@pytest.mark.default_lane_only
-def test_impala_cartpole_seed_reaches_450_within_2m_steps():
-  config = impala_config.cartpole_seed()
-  config.stop_at_return = 450.0
-  records = run_in_process(config)
-  best = max(r["episode_return"] for r in records if "episode_return" in r)
-  assert best >= 450, f"best mean return {best:.1f}"
-
-
-def test_r2d2_cartpole_seed_reaches_400_within_500k_steps():
-  """With the lane's replay (`host`; Reverb in the Reverb lane, the workers' sequences
-  inserted into it by the server); seed 0, no retries.
-
-  The learner samples while the workers step, so no two runs are the same. With the
-  replay of 20,000 sequences (2026-11-26) host runs of seed 0 reached 400 at 382K, 277K
-  and 192K env steps, seeds 1 and 2 at 237K and 137K (with 5,000 seed 2 peaked at 309);
-  Reverb runs (reverb lane) of seed 0 at 181K and 289K, seed 1 at 145K."""
+@pytest.mark.slow
+@pytest.mark.reverb_lane
+def test_r2d2_seed_inserts_the_workers_sequences_into_the_lanes_replay_and_learns():
+  """With the lane's replay (`host`; Reverb in the reverb lane), the server inserts each
+  worker's sequences and the learner samples them: the replay fills, the learner
+  samples at a rate, its losses are finite and its sampled items' ages are within the
+  replay. (The learner samples while the workers step, so no two runs are the same:
+  the learning figure is `benchmarks/draws.py`'s, docs/seed.md.)"""
   config = r2d2_config.cartpole_seed()
   config.replay.name = r2d2_config.lane_replay()
-  config.stop_at_return = 400.0
+  config.total_env_steps = 30_000
   records = run_in_process(config)
-  learned = [r for r in records if "loss" in r]
+  learned = [r for r in records if r.get("learning", 0) > 0]
   assert learned and all(np.isfinite(r["loss"]) for r in learned)
   assert max(r.get("replay_samples_per_s", 0.0) for r in records) > 0
-  best = max(r["episode_return"] for r in records if "episode_return" in r)
-  assert best >= 400, f"best mean return {best:.1f} by {records[-1]['env_steps']:,}"
+  assert max(r["replay_size"] for r in records if "replay_size" in r) > 0
+  capacity = config.replay.max_size * config.runtime.rollout_length
+  assert all(0 < r["sampled_age"] <= capacity for r in learned[1:])
+  assert worker_processes() == []
 
 
-@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
+@pytest.mark.slow
 def test_a_killed_local_worker_is_replaced_and_the_run_goes_on(tmp_path, capsys):
   config = impala_config.cartpole_seed()
   config.total_env_steps = 600_000
@@ -509,7 +511,7 @@ def test_a_killed_local_worker_is_replaced_and_the_run_goes_on(tmp_path, capsys)
   assert worker_processes() == []
 
 
-@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
+@pytest.mark.slow
 def test_workers_started_by_hand_join_a_run_and_exit_0_when_it_ends(tmp_path):
   port = _free_port()
   env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -538,6 +540,7 @@ def test_workers_started_by_hand_join_a_run_and_exit_0_when_it_ends(tmp_path):
   assert records[-1]["env_steps"] >= 100_000
 
 
+@pytest.mark.slow
 def test_a_run_no_worker_joins_stops_with_the_command_that_starts_one(tmp_path):
   result = launch("--config=agents/ppo/config.py:cartpole_seed",
                   "--config.runtime.num_local_workers=0", "--config.runtime.num_workers=1",
@@ -563,7 +566,7 @@ def _start_long_run(tmp_path, *extra):
   return process
 
 
-@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
+@pytest.mark.slow
 def test_sigterm_stops_the_run_and_its_workers_with_a_checkpoint(tmp_path):
   process = _start_long_run(tmp_path)
   assert len(worker_processes()) == 4
@@ -577,7 +580,7 @@ def test_sigterm_stops_the_run_and_its_workers_with_a_checkpoint(tmp_path):
   assert "Traceback" not in stderr
 
 
-@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
+@pytest.mark.slow
 def test_workers_lose_a_killed_server_within_10_s(tmp_path):
   process = _start_long_run(tmp_path)
   pids = worker_processes()
@@ -592,7 +595,7 @@ def test_workers_lose_a_killed_server_within_10_s(tmp_path):
   assert all("lost the podracer server at localhost:" in log for log in logs), logs
 
 
-@pytest.mark.default_lane_only  # The runtime's faults; no Reverb in them.
+@pytest.mark.slow
 def test_a_failing_inference_thread_stops_the_run_with_its_traceback(tmp_path):
   result = launch("--config=agents/ppo/config.py:cartpole_seed",
                   "--config.runtime.inject_failure=inference", f"--workdir={tmp_path}")

@@ -33,6 +33,8 @@ def assert_same(found, expected):
     assert [v for _, v in found[tag]] == pytest.approx([v for _, v in points], rel=1e-6)
 
 
+@pytest.mark.reverb_lane
+@pytest.mark.slow
 def test_a_run_writes_event_files_with_the_values_of_metrics_jsonl(tmp_path):
   result = launch("--config=agents/ppo/config.py:cartpole_anakin",
                   "--config.total_env_steps=24576", f"--workdir={tmp_path}")

@@ -73,6 +73,7 @@ def test_check_network_needs_no_agent_and_names_a_wrong_output(registered, fake_
     testing.check_network(network, fake_spec, logits=(3,))
 
 
+@pytest.mark.reverb_lane
 def test_one_update_changes_the_parameters_and_returns_the_metrics(registered):
   config = ppo_config.cartpole_anakin()
   config.topology.num_devices = 1
@@ -89,6 +90,7 @@ def test_devices_fixture_hands_out_the_virtual_devices(devices):
   assert len(devices(8)) == 8 and len({d.id for d in devices(2)}) == 2
 
 
+@pytest.mark.reverb_lane
 def test_the_readmes_component_test_passes(registered):
   import importlib.util
   import pathlib

@@ -30,6 +30,7 @@ def example():
     registry.ALL[kind].unregister(name)
 
 
+@pytest.mark.reverb_lane
 def test_each_kind_is_registered_and_meets_its_contract(example):
   for kind, name in NAMES.items():
     assert name in registry.ALL[kind], (kind, name)

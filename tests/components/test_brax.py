@@ -28,6 +28,7 @@ def _make(env_name="inverted_pendulum", **kwargs):
                                                     **kwargs), key="env")
 
 
+@pytest.mark.reverb_lane
 @pytest.mark.skipif(not IN_THE_REVERB_LANE, reason="the default lane has Brax")
 def test_the_reverb_lane_says_brax_is_in_the_default_lane_exit_2_no_traceback():
   with pytest.raises(ConfigError, match="`env`.*default install lane.*0.4.34"):
@@ -39,6 +40,7 @@ def test_the_reverb_lane_says_brax_is_in_the_default_lane_exit_2_no_traceback():
   assert "Traceback" not in run.stderr and "default install lane" in run.stderr
 
 
+@pytest.mark.slow
 @needs_brax
 def test_each_step_is_braxs_episode_wrapper_step_for_the_same_keys():
   """Inverted double pendulum (11 observations): gentle pushes for 100 steps (episodes

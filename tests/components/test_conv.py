@@ -17,6 +17,7 @@ DIMS = ("NHWC", "HWIO", "NHWC")
 @pytest.mark.parametrize("size,kernel,stride,padding", [
     (12, 3, 1, "SAME"), (36, 8, 4, "VALID"), (13, 4, 2, "VALID"), (11, 3, 2, "SAME"),
     (10, 3, 1, ((2, 0), (1, 3)))])
+@pytest.mark.reverb_lane
 def test_conv2d_values_and_gradients_equal_jax_convolution(size, kernel, stride, padding):
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.standard_normal((3, size, size + 1, 5), np.float32))
@@ -54,6 +55,7 @@ def test_conv2d_module_has_hk_conv2d_parameters_and_outputs():
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torso,size", [(torsos.ImpalaResNet, 36), (torsos.NatureCNN, 84)])
 def test_torso_gradients_in_a_loop_compile_to_plain_nhwc_convolutions(torso, size):
   """Inside a scan, as learners run them, every convolution of the compiled gradient is

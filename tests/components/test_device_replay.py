@@ -91,6 +91,7 @@ def test_add_rejects_more_items_than_capacity_and_wrong_shapes():
 
 
 # 0 is uniform over the filled slots, drawn by inverse CDF rather than categorically.
+@pytest.mark.reverb_lane
 @pytest.mark.parametrize("exponent", [1.0, 0.5, 0.0])
 def test_sampling_frequencies_follow_priority_to_the_alpha(exponent):
   replay = DeviceReplay(max_size=6, batch_size=20_000, priority_exponent=exponent)
@@ -175,6 +176,7 @@ def test_scanned_adds_under_jit_compile_once():
   assert fill._cache_size() == 1
 
 
+@pytest.mark.reverb_lane
 def test_pmap_replicas_sample_only_their_own_shard():
   num = jax.local_device_count()
   assert num == 8

@@ -66,6 +66,7 @@ def test_worker_dying_during_a_step_is_named(how, expected):
   assert not any(p.is_alive() for p in processes)
 
 
+@pytest.mark.slow
 def test_killed_worker_stops_a_sebulba_run_with_one_clear_error(tmp_path):
   config = tmp_path / "gymnasium_config.py"
   config.write_text(GYMNASIUM_CONFIG)

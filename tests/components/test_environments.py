@@ -70,6 +70,7 @@ def test_cartpole_step_matches_gymnasium():
   assert 0 < int((ts.discount == 0).sum()) < n
 
 
+@pytest.mark.reverb_lane
 def test_cartpole_trajectory_matches_gymnasium():
   env = CartPole()
   step = jax.jit(env.step)
@@ -253,6 +254,7 @@ def test_pixel_catch_is_catch_rendered_as_stacked_uint8_frames():
 # VectorEnv.
 
 
+@pytest.mark.reverb_lane
 def test_vector_env_resets_after_last_and_ignores_action():
   env = Catch()
   venv = VectorEnv(env, num_envs=4)
@@ -385,6 +387,7 @@ def test_registry_lookup_and_build():
                                "transition", "CartPole", "Catch", "Gymnax"}
 
 
+@pytest.mark.reverb_lane
 def test_gymnax_missing_says_how_to_install(monkeypatch):
   monkeypatch.setitem(sys.modules, "gymnax", None)  # Makes `import gymnax` fail.
   with pytest.raises(ImportError, match="pip install gymnax"):

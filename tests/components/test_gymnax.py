@@ -32,6 +32,7 @@ def _make(env_id, env_params=None):
                                                     env_params=env_params or None), key="env")
 
 
+@pytest.mark.reverb_lane
 @pytest.mark.skipif(not IN_THE_REVERB_LANE, reason="the default lane has gymnax")
 def test_the_reverb_lane_says_gymnax_is_in_the_default_lane():
   with pytest.raises(ConfigError, match="`env`.*default install lane.*jax >= 0.6"):
@@ -110,6 +111,7 @@ def test_cartpole_ends_at_its_time_limit_truncated_and_its_returns_stop_at_500()
   np.testing.assert_array_equal(np.asarray(steps.discount)[last], 1.0)
 
 
+@pytest.mark.slow
 @needs_gymnax
 def test_ppo_minatar_config_trains_on_a_minatar_game_through_the_adapter():
   """PureJaxRL's MinAtar settings build on the real game and one compiled call learns
@@ -130,6 +132,7 @@ def test_ppo_minatar_config_trains_on_a_minatar_game_through_the_adapter():
   assert not np.allclose(before["head/policy"]["w"], after["head/policy"]["w"])
 
 
+@pytest.mark.slow
 @needs_gymnax
 def test_ppo_minatar_conv_config_puts_a_conv_torso_on_the_frame():
   """The conv variant: the MinAtar paper's 3x3 conv of 16 on [10, 10, C], then 128."""
@@ -146,6 +149,7 @@ def test_ppo_minatar_conv_config_puts_a_conv_torso_on_the_frame():
   assert not np.allclose(before["torso/linear"]["w"], after["torso/linear"]["w"])
 
 
+@pytest.mark.slow
 @needs_gymnax
 def test_dqn_minatar_config_learns_from_its_replay_on_a_minatar_game():
   """The MinAtar paper's DQN settings build on the real game; once the replay holds
@@ -166,17 +170,15 @@ def test_dqn_minatar_config_learns_from_its_replay_on_a_minatar_game():
 
 
 @needs_gymnax
-@pytest.mark.default_lane_only  # A learning test (and gymnax is in this lane alone).
-def test_ppo_learns_breakout_minatar_in_500k_env_steps():
+@pytest.mark.learning
+def test_ppo_learns_breakout_minatar_in_500k_env_steps(tmp_path):
   """PureJaxRL's MinAtar settings on Breakout-MinAtar, seed 0, 500k env steps (the
-  learning rate annealed over them): a random policy scores about 0.6. Seed 0 holds 14.0
-  over the last 20 % (2026-11-25, jax 0.10.2, gymnax 1.0.1); seeds 1 and 2: 25.1 and 8.5."""
-  from agents.ppo import config as ppo_config  # pylint: disable=import-outside-toplevel
-  config = ppo_config.minatar_anakin()
-  config.env.env_id = "Breakout-MinAtar"
-  config.topology.num_devices = 1
-  config.total_env_steps = 500_000
-  records = builder.build(config).run(stream=None)["records"]
-  returns = [r["episode_return"] for r in records if r.get("episode_return") is not None]
-  held = float(np.mean(returns[int(len(returns) * 0.8):]))
+  learning rate annealed over them), one host device as a user's command runs it: holds
+  16.0 over the last 20 % (2026-11-27, jax 0.10.2, gymnax 1.0.1; 14 s); a random policy
+  scores about 0.6. Under the suite's 8 virtual devices seeds 0-2 held 14.0, 25.1, 8.5."""
+  from tests.learning import last_fifth_means, launch_runs  # pylint: disable=import-outside-toplevel
+  records = launch_runs("agents/ppo/config.py:minatar_anakin", tmp_path,
+                        "--config.env.env_id=Breakout-MinAtar",
+                        "--config.total_env_steps=500000")
+  held = last_fifth_means(records)[0]
   assert held >= 10.0, f"mean return over the last 20% {held:.2f}"

@@ -36,6 +36,7 @@ def test_gae_terminated_episode_does_not_bootstrap_or_leak():
   np.testing.assert_allclose(adv[:, 0], [1 + 0.9 * 2 - 1, 0.0, 0.0], atol=1e-6)
 
 
+@pytest.mark.reverb_lane
 def test_gae_truncated_episode_bootstraps_from_last_observation():
   ts = _timestep([F, M, L, F], [0, 1, 2, 0], [1, 1, 1, 1])
   values = jnp.array([1.0, 2.0, 3.0, 4.0])[:, None]
@@ -60,6 +61,7 @@ def _batch(**overrides):
   return PolicyGradientBatch(**fields)
 
 
+@pytest.mark.reverb_lane
 def test_ppo_loss_by_hand():
   loss_fn = PPOLoss(clip_epsilon=0.2, value_coef=0.5, entropy_coef=0.01, clip_value=False,
                     normalize_advantages=False)

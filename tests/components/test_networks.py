@@ -59,6 +59,7 @@ def test_mlp_flattens_observations():
                              net.apply(params, obs.reshape(4, 6)).logits)
 
 
+@pytest.mark.reverb_lane
 @pytest.mark.parametrize("torso", ["nature", "impala"])
 def test_atari_factory_output_shapes_and_dtypes(torso):
   net = _jit(registry.networks.get("atari_actor_critic")(
@@ -181,6 +182,7 @@ def _step_loop(inputs, reset):
   return jnp.stack(outputs), state
 
 
+@pytest.mark.reverb_lane
 def test_lstm_unroll_equals_loop_of_steps():
   t, b = 5, 3
   inputs = jax.random.normal(KEY, (t, b, 4))
@@ -277,6 +279,7 @@ def _continuous_spec(low=-2.0, high=2.0, shape=(1,)):
                  action=ArraySpec(shape, np.float32, "action", low, high))
 
 
+@pytest.mark.reverb_lane
 def test_squashed_gaussian_actions_stay_within_bounds_with_the_change_of_variables_density():
   policy = networks.gaussian_policy(_continuous_spec(-2.0, 2.0), hidden_sizes=(16,))
   obs = jax.random.normal(KEY, (4096, 3)) * 3

@@ -1,5 +1,6 @@
 """n-step Q-learning targets across episode boundaries, against rlax and by hand."""
 
+import pytest
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,6 +85,7 @@ def _sequence(seed=0, steps=6, batch=3, actions=4, resets=()):
   return q, target_q, timestep, action
 
 
+@pytest.mark.reverb_lane
 def test_the_q_learning_loss_with_one_step_is_rlax_double_q_learning_and_q_learning():
   from podracer.components.losses import QLearningLoss  # pylint: disable=import-outside-toplevel
   q, target_q, ts, action = _sequence()
@@ -99,6 +101,7 @@ def test_the_q_learning_loss_with_one_step_is_rlax_double_q_learning_and_q_learn
     np.testing.assert_allclose(loss, np.mean(0.5 * expected ** 2), rtol=1e-5)
 
 
+@pytest.mark.reverb_lane
 def test_the_q_learning_loss_learns_t_transitions_with_n_step_targets_and_masks_resets():
   from podracer.components.losses import QLearningLoss  # pylint: disable=import-outside-toplevel
   n, steps = 3, 8                                   # S = T + n: T = 5 learned transitions

@@ -27,6 +27,9 @@ from podracer.components.replay.reverb_replay import ReverbReplay
 from podracer.errors import ConfigError, ReplayTimeout, ReplayUnavailableError
 from tests.reverb_support import requires_reverb
 
+# Reverb, and the lanes themselves: the reverb lane runs this whole module.
+pytestmark = pytest.mark.reverb_lane
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LENGTH = 5  # steps per stored sequence
 

@@ -59,6 +59,7 @@ def test_on_policy_lambda_one_targets_are_n_step_returns():
   assert grad_values[-1, 0] == 0.0
 
 
+@pytest.mark.reverb_lane
 def test_loss_and_metrics_by_hand():
   ts = _timestep([F, M, M, M], [0, 1, 2, 3], [1, 1, 1, 1])
   values = jnp.array([0.5, 1.0, 1.5, 2.0])[:, None]
@@ -90,6 +91,7 @@ def test_sum_reduction_is_the_mean_times_the_number_of_real_transitions():
     VTraceLoss(reduction="max")
 
 
+@pytest.mark.reverb_lane
 def test_off_policy_truncates_the_trace_with_clipped_ratios():
   ts = _timestep([F, M, M], [0, 1, 2], [1, 1, 1])
   values = jnp.array([1.0, 2.0, 3.0])[:, None]
