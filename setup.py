@@ -2,7 +2,7 @@
 
 Two install lanes, each with a lock file used as pip constraints (see scripts/setup_env.sh):
 
-  default: pip install -c requirements/default.txt -e ".[test,jax-envs]"  (Python >= 3.11)
+  default: pip install -c requirements/default.txt -e ".[test,jax-envs,wandb]"  (Python >= 3.11)
   reverb:  pip install -c requirements/reverb.txt -e ".[reverb,test]"     (Python 3.11 only)
 
 The lower bounds below admit both lanes: the reverb lane holds JAX at 0.4.34 (the last
@@ -50,6 +50,10 @@ INSTALL_REQUIRES = [
     "psutil>=5.9",
     # SEED's workers on other machines (podracer/transport.py); dm-reverb brings 1.85 too.
     "grpcio>=1.60",
+    # Reports across runs (podracer/report.py): IQM and stratified bootstrap intervals.
+    # Its arch (7.2) breaks on pandas 3's deprecation helper, so pandas stays below 3.
+    "rliable>=1.2.0",
+    "pandas<3",
 ]
 
 EXTRAS_REQUIRE = {
@@ -68,9 +72,11 @@ EXTRAS_REQUIRE = {
         "optax<0.2.6",
         "orbax-checkpoint<0.12",
     ],
-    "test": ["pytest", "gymnasium"],
+    "test": ["pytest", "pytest-xdist", "gymnasium"],
     # The `tensorboard` command, to look at the event files runs write (tensorboardX).
     "tensorboard": ["tensorboard"],
+    # The `wandb` logger (podracer/wandb_log.py): Weights & Biases, offline by default.
+    "wandb": ["wandb>=0.19"],
     "gymnasium": ["gymnasium"],
     # JAX environment suites for Anakin (gymnax: classic control, bsuite, MinAtar; Brax:
     # physics). The default lane installs them; gymnax 1.x needs jax >= 0.6 and Brax 0.14

@@ -18,6 +18,7 @@ from podracer.components.networks.heads import PolicyValueOutput
 from podracer.contracts import actor_critic_outputs
 from podracer.experience import Sample
 from podracer.learning import Objective, gradient_step
+from podracer.logs import Logger
 from podracer.types import ActorOutput, ArraySpec, DiscreteSpec, EnvSpec
 
 
@@ -145,6 +146,24 @@ class ActorCritic(Agent):
   def _loss(self, nets, batch, key):
     out = self.network.apply(nets, batch.observation)
     return self.loss(out.logits, out.value, batch)
+
+
+# -- logger (not in get_config: `--config.log.loggers='("jsonl", "lines")'` adds it) --
+
+@registry.loggers.register("lines")
+class LinesLogger(Logger):
+  """Each record as one line of `key=value` pairs, in WORKDIR/records.txt."""
+  what = "records.txt"
+
+  def __init__(self, workdir: str, keys=("env_steps", "episode_return")):
+    self.where, self.keys = f"{workdir}/records.txt", tuple(keys)
+    self.file = open(self.where, "w")
+
+  def write(self, record):
+    self.file.write(" ".join(f"{k}={record.get(k)}" for k in self.keys) + "\n")
+
+  def close(self):
+    self.file.close()
 
 
 def get_config():

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Dict, Mapping, Optional, TextIO
+from typing import Any, Dict, Mapping, Optional, TextIO, Tuple
 
 import numpy as np
 
 from podracer import (checkpoint, compose, contracts, distributed, evaluation, guards,
                       registry, runs as runs_lib)
 from podracer.errors import ConfigError, DiskError
-from podracer.metrics import LOG_KEYS, MetricsLogger
+from podracer.components import loggers as loggers_lib
+from podracer.metrics import DEFAULT_LOGGERS, LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
 
 REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
@@ -52,8 +53,13 @@ class Experiment:
     self.runs = runs
 
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
-          print_interval: float = 1.0) -> Dict[str, Any]:
-    self.checkpointer = checkpointer = checkpoint.for_run(self.config, self.runtime, workdir)
+          print_interval: float = 1.0, checkpoints_in: Optional[str] = None
+          ) -> Dict[str, Any]:
+    """Trains, writing records into `workdir` (none: printed only) and checkpoints into
+    `checkpoints_in` (default: `workdir`; processes other than 0 of a run over several
+    write no records but their part of every checkpoint)."""
+    self.checkpointer = checkpointer = checkpoint.for_run(self.config, self.runtime,
+                                                          checkpoints_in or workdir)
     resumed = checkpointer.num_records() if checkpointer else None
     # Kept so that a launcher can still report a run that a signal stopped.
     taking_part = dict(num_processes=distributed.process_count(),
@@ -63,7 +69,8 @@ class Experiment:
         total_env_steps=self.plan.total_env_steps,
         stop_at_return=self.config.get("stop_at_return"), resume_records=resumed,
         context=taking_part, rates_per_env_step=getattr(self.agent, "rates_per_env_step", None),
-        runs=self.runs, **_log_options(self.config))
+        runs=self.runs, loggers=_loggers(self.config, workdir, self.runs),
+        **_log_options(self.config))
     rounded = self._rounded_budget()
     if rounded and stream:
       stream.write(rounded + "\n")
@@ -120,13 +127,37 @@ class EnvironmentFactory:
 
 
 def _log_options(config: Any) -> Dict[str, Any]:
-  """The `log` section's keys (metrics.LOG_KEYS) as MetricsLogger arguments."""
+  """The `log` section's keys (metrics.LOG_KEYS) as MetricsLogger arguments; its logger
+  names and their sections (`log.<name>`) are checked here and built by `_loggers`."""
   log = config.get("log") or {}
-  unknown = sorted(set(log) - set(LOG_KEYS))
+  unknown = sorted(set(log) - set(LOG_KEYS) - set(registry.loggers.names()))
   if unknown:
     raise ConfigError(f"Config key(s) {', '.join(f'`log.{k}`' for k in unknown)} are not "
-                      f"read; the `log` section takes: {', '.join(LOG_KEYS)}.")
-  return {k: v for k, v in dict(log).items() if v is not None}
+                      f"read; the `log` section takes: {', '.join(LOG_KEYS)}, and a "
+                      f"section of options per logger ({', '.join(registry.loggers)}).")
+  names, options = _logger_sections(log)
+  for name in set(names) | set(options):  # a section of an unused logger is checked too
+    loggers_lib.check_options(name, options.get(name, {}))
+  return {k: v for k, v in dict(log).items()
+          if k in LOG_KEYS and k != "loggers" and v is not None}
+
+
+def _logger_sections(log: Any) -> Tuple[Tuple[str, ...], Dict[str, Dict[str, Any]]]:
+  """(the logger names `log.loggers` gives, {name: its `log.<name>` options set})."""
+  names = log.get("loggers") or DEFAULT_LOGGERS
+  if isinstance(names, str):
+    names = (names,)
+  options = {name: {k: v for k, v in dict(log[name]).items() if v is not None}
+             for name in registry.loggers.names() if name in log and log[name]}
+  return tuple(names), options
+
+
+def _loggers(config: Any, workdir: Optional[str], runs: Optional[runs_lib.Runs]):
+  """What builds the run's loggers once its workdir and kept records are known."""
+  names, options = _logger_sections(config.get("log") or {})
+  run = dict(workdir=workdir, num_runs=runs.num_runs if runs else None,
+             config=config.to_dict() if hasattr(config, "to_dict") else dict(config))
+  return lambda resumed: loggers_lib.build_loggers(names, options, resumed=resumed, **run)
 
 
 def _title(config: Any, runs: Optional[runs_lib.Runs] = None) -> str:

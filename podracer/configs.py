@@ -18,7 +18,7 @@ from typing import Callable, Dict, Optional
 from ml_collections import config_dict
 
 from podracer.config_files import UnknownConfigName
-from podracer.metrics import PROGRESS_METRICS
+from podracer.metrics import DEFAULT_LOGGERS, PROGRESS_METRICS
 
 
 def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
@@ -32,8 +32,13 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   c.nan_policy = "stop"  # Or "skip_update".
   c.checkpoint_interval = 600.0  # Seconds between checkpoints (also at the end).
   c.checkpoints_to_keep = 3
-  # Which learner metrics the progress line shows (any a loss returns; metrics.jsonl has all).
-  c.log = config_dict.ConfigDict(dict(progress_metrics=PROGRESS_METRICS))
+  # Which learner metrics the progress line shows (any a loss returns; metrics.jsonl has
+  # all), and where records go (podracer/components/loggers): `log.loggers` names them,
+  # `log.<name>` gives a logger its options (W&B's project, entity, group and tags).
+  c.log = config_dict.ConfigDict(dict(
+      progress_metrics=PROGRESS_METRICS, loggers=DEFAULT_LOGGERS,
+      wandb=dict(project=config_dict.placeholder(str), entity=config_dict.placeholder(str),
+                 group=config_dict.placeholder(str), tags=())))
   c.eval_interval = 0  # Env steps between evaluations of the greedy policy (0: none).
   c.eval_episodes = 10  # Episodes per evaluation (podracer/evaluation.py).
   # Many runs in one program (Anakin; podracer/runs.py): seeds, and swept values of

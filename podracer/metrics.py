@@ -1,6 +1,6 @@
-"""Where a run's numbers go: a progress line, `metrics.jsonl`, TensorBoard event files
-(podracer/tensorboard.py) and a learning-curve plot; and the host-side meters runtimes
-fill records with (replay rates, device counters)."""
+"""Where a run's numbers go: a progress line, its loggers (`log.loggers`: metrics.jsonl
+and TensorBoard event files by default, podracer/logs.py) and a learning-curve plot; and
+the host-side meters runtimes fill records with (replay rates, device counters)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,25 @@ import math
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
-from podracer import disk, runs as runs_lib, tensorboard
+from podracer import disk, logs, runs as runs_lib
 from podracer.errors import DiskError
 
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = logs.METRICS_FILE
 PLOT_FILE = "learning_curve.png"
+# Where records go unless `log.loggers` says otherwise (podracer/components/loggers).
+DEFAULT_LOGGERS = ("jsonl", "tensorboard")
 
 
 # The learner metrics the progress line shows by default, when a record has them. A
 # config's `log.progress_metrics` picks others: any metric a loss returns, by name.
 PROGRESS_METRICS = ("loss", "policy_loss", "value_loss", "entropy", "policy_lag")
-# Keys of a config's `log` section (read here; declared in podracer/compose.py RUN_KEYS).
-LOG_KEYS = ("progress_metrics",)
+# Keys of a config's `log` section (declared in podracer/compose.py RUN_KEYS): these, and
+# a section of options per logger it names (`log.wandb.project`).
+LOG_KEYS = ("progress_metrics", "loggers")
 
 
 class MetricsLogger:
@@ -38,6 +41,12 @@ class MetricsLogger:
   reaches it; runtimes check it after each record and stop early. `context` (how many
   processes and devices took part) is added to every record, and so is each of
   `rates_per_env_step` ({metric: work per env step}) times `sps`.
+
+  With a `workdir`, every record goes to the run's loggers: `loggers(resumed)` builds
+  them ({name: podracer.logs.Logger}; the builder's, from `log.loggers`), by default
+  metrics.jsonl and TensorBoard event files. Each gets the same strict-JSON record (None
+  for NaN), and each write and close runs inside `podracer.disk.writing`: the first disk
+  failure is one DiskError naming the logger's files, after which nothing is written.
   """
 
   def __init__(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
@@ -47,7 +56,9 @@ class MetricsLogger:
                progress_metrics: Sequence[str] = PROGRESS_METRICS,
                context: Optional[Dict[str, Any]] = None,
                rates_per_env_step: Optional[Dict[str, float]] = None,
-               runs: Optional[Any] = None):
+               runs: Optional[Any] = None,
+               loggers: Optional[Callable[[Optional[List[Dict[str, Any]]]],
+                                          Dict[str, logs.Logger]]] = None):
     self.workdir = workdir
     # Many runs in one program (podracer/runs.py): records carry `run`; see `write_runs`.
     self.runs = runs
@@ -66,8 +77,7 @@ class MetricsLogger:
     # Names a config chose that the first learner record lacks are said once.
     self._progress_checked = tuple(progress_metrics) == PROGRESS_METRICS
     self._warm_up_unchecked = True  # whether the replay can reach min_size: said once
-    self._file = None
-    self._tensorboard = None
+    self._loggers: Dict[str, logs.Logger] = {}
     self.disk_failed = False  # A write failed because of the disk (see `_write_files`).
     if workdir:
       os.makedirs(workdir, exist_ok=True)
@@ -75,10 +85,11 @@ class MetricsLogger:
       if resume_records is not None:  # Continues a checkpointed run: see checkpoint.py.
         self.records = _truncate(path, resume_records)
         self._start -= self.records[-1]["wall_time"] if self.records else 0.0
-      self._file = open(path, "w" if resume_records is None else "a")
       resumed = self.records if resume_records is not None else None
-      self._tensorboard = (tensorboard.open_run_writers(workdir, runs.num_runs, resumed=resumed)
-                           if runs else tensorboard.open_writer(workdir, resumed=resumed))
+      make = loggers or (lambda kept: logs.default_loggers(workdir, runs and runs.num_runs,
+                                                           kept))
+      with disk.writing("the run's log files", workdir):
+        self._loggers = make(resumed)
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
     record = self._add(record, compile_step)
@@ -154,35 +165,19 @@ class MetricsLogger:
           "replay.min_size or raise total_env_steps.\n")
 
   def _write_files(self, record: Dict[str, Any]) -> None:
-    """Appends the record to metrics.jsonl and the event files. After a disk failure
-    (a DiskError, raised once) the files are left as they were: nothing more is written
-    to them, and `close` neither flushes them nor plots."""
-    if not self.workdir or self.disk_failed:
+    """Hands the record, as strict JSON, to every logger. After a disk failure (a
+    DiskError, raised once) the files are left as they were: nothing more is written to
+    them, and `close` neither flushes them nor plots."""
+    if not self._loggers or self.disk_failed:
       return
-    path = os.path.join(self.workdir, METRICS_FILE)
+    clean = strict_json(record)
     try:
-      with disk.writing("metrics", path, cleanup=self._drop_partial_line(path)):
-        self._file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
-        self._file.flush()
-      if self._tensorboard:
-        with disk.writing("TensorBoard event files", self.workdir):
-          self._tensorboard.write(record)
+      for logger in self._loggers.values():
+        with disk.writing(logger.what, logger.where, cleanup=logger.undo_partial()):
+          logger.write(clean)
     except DiskError:
       self.disk_failed = True
       raise
-
-  def _drop_partial_line(self, path: str):
-    """What undoes a record the disk took only part of: the file cut back to its size
-    before it (every record flushed is whole), so metrics.jsonl stays readable."""
-    size = os.path.getsize(path)
-
-    def cut():
-      with contextlib.suppress(Exception):
-        self._file.close()
-      self._file = None
-      with contextlib.suppress(OSError):
-        os.truncate(path, size)
-    return cut
 
   def format(self, record: Dict[str, Any]) -> str:
     steps = f"{record['env_steps']:,}"
@@ -238,19 +233,18 @@ class MetricsLogger:
     return out
 
   def close(self, title: str = "") -> Optional[str]:
-    """Closes the file and plots the learning curve into the workdir; returns its path."""
-    files, self._file, self._tensorboard = (self._file, self._tensorboard), None, None
+    """Closes the loggers and plots the learning curve into the workdir; returns its
+    path."""
+    loggers, self._loggers = self._loggers, {}
     if self.disk_failed:  # Said once already; closing flushes into the same full disk.
-      for f in files:
+      for logger in loggers.values():
         with contextlib.suppress(Exception):
-          if f is not None:
-            f.close()
+          logger.close()
       return None
     try:
-      with disk.writing("metrics and event files", self.workdir or "."):
-        for f in files:
-          if f is not None:
-            f.close()
+      for logger in loggers.values():
+        with disk.writing(logger.what, logger.where):
+          logger.close()
       if not self.workdir or not self.records:  # No plot rather than a blank one.
         return None
       path = os.path.join(self.workdir, PLOT_FILE)

@@ -9,6 +9,8 @@
     testing.check_network(network, spec, policy_logits=(2,), value=())
     before, after, metrics = testing.one_update(config)
     sample, metrics = testing.traced_update(agent, trajectory_spec, batch_size=64)
+    records = testing.fake_records(count=5)                          # for loggers
+    logger = testing.log_records("my_logger", workdir, records, my_key=1)
 
 Fake environments are driven by a spec: every step's observation is the step count
 within the episode (in the spec's dtype and shape), the reward is 1, and an episode ends
@@ -19,7 +21,7 @@ time limit (discount 1). `pytest` fixtures live in `podracer.testing_fixtures`: 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -236,3 +238,48 @@ def traced_update(agent: Any, trajectory_spec: Trajectory, batch_size: int) -> T
   _, _, sample, metrics = jax.eval_shape(
       update, *jax.tree.map(one_replica, (nets, opt, sample, jax.random.PRNGKey(1))))
   return sample, metrics
+
+
+# -- loggers ------------------------------------------------------------------------------
+
+
+def fake_records(count: int = 5, num_runs: Optional[int] = None,
+                 seed: int = 0) -> List[Dict[str, Any]]:
+  """Records like a run's (`env_steps`, `sps`, `episode_return`, `loss`, `learning`, a
+  bool), one NaN `loss` among them (the second record's), with `run` and `seed` per run
+  when `num_runs` is given: what `log_records` hands a logger."""
+  rng = np.random.default_rng(seed)
+  records = []
+  for i in range(count):
+    for run in range(num_runs or 1):
+      record = dict(env_steps=1024 * (i + 1), sps=float(rng.uniform(1e3, 1e4)),
+                    episode_return=float(rng.uniform(0, 500)),
+                    loss=float("nan") if i == 1 else float(rng.uniform(0, 2)),
+                    learning=1.0, includes_compilation=i == 0)
+      if num_runs:
+        record.update(run=run, seed=seed + run)
+      records.append(record)
+  return records
+
+
+def log_records(logger: Any, workdir: str, records: List[Dict[str, Any]],
+                num_runs: Optional[int] = None, config: Optional[Dict[str, Any]] = None,
+                **options: Any) -> Any:
+  """Builds the logger registered as `logger` (a name) with `options` (its `log.<name>`
+  keys), as a run does, and hands it `records` the way a run does (through
+  `MetricsLogger`: strict JSON, disk failures as one DiskError), then closes it. Returns
+  the logger, closed."""
+  from podracer.components.loggers import build_loggers  # pylint: disable=import-outside-toplevel
+  from podracer.metrics import MetricsLogger  # pylint: disable=import-outside-toplevel
+  built = {}
+
+  def make(resumed):
+    built.update(build_loggers((logger,), {logger: options}, workdir=workdir,
+                               num_runs=num_runs, resumed=resumed, config=config))
+    return built
+
+  metrics = MetricsLogger(workdir, stream=None, loggers=make)
+  for record in records:
+    metrics.write(dict(record))
+  metrics.close()
+  return built[logger]

@@ -47,17 +47,19 @@ if kind == "checkpoint":
     return write(self, step, *args)
   checkpoint.Checkpointer._write = failing_write
 elif kind == "metrics":
-  from podracer import metrics
-  init = metrics.MetricsLogger.__init__
+  from podracer import logs
+  init = logs.JsonlLogger.__init__
   class FullFile:
     def __init__(self, f): self.f = f
     def write(self, text): fill(); return self.f.write(text)
     def flush(self): return self.f.flush()
     def close(self): return self.f.close()
+  import functools
+  @functools.wraps(init)  # The run injects the arguments its signature names.
   def patched_init(self, *args, **kwargs):
     init(self, *args, **kwargs)
-    if self._file: self._file = FullFile(self._file)
-  metrics.MetricsLogger.__init__ = patched_init
+    self._file = FullFile(self._file)
+  logs.JsonlLogger.__init__ = patched_init
 elif kind == "events":  # in tensorboardX's own writer thread
   from tensorboardX import event_file_writer
   write_event = event_file_writer.EventsWriter.write_event

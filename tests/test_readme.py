@@ -93,7 +93,7 @@ def test_writing_components_excerpts_are_the_tested_file():
   example = (ROOT / "examples" / "writing_components.py").read_text()
   section = COMPONENTS.split("## Writing components", 1)[1].split("\n## ", 1)[0]
   blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-  assert len(blocks) == 7  # Six kinds and the config.
+  assert len(blocks) == 8  # Seven kinds and the config.
   for block in blocks:
     assert block.strip() in example, block[:80]
 

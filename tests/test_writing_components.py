@@ -16,7 +16,7 @@ from tests.test_launch import ROOT, launch
 
 NAMES = {"environments": "coin", "networks": "tiny_actor_critic",
          "losses": "reinforce_baseline", "optimizers": "sgd_to_zero", "replay": "recent",
-         "agents": "actor_critic"}
+         "agents": "actor_critic", "loggers": "lines"}
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +74,14 @@ def _batch(n):
   return PolicyGradientBatch(observation=jnp.zeros((n, 2)), action=zeros.astype(jnp.int32),
                              behaviour_log_prob=zeros, behaviour_value=zeros,
                              advantage=jnp.ones(n), value_target=zeros, mask=jnp.ones(n))
+
+
+def test_lines_logger_writes_each_record_and_none_for_nan(example, tmp_path):
+  from podracer import testing  # pylint: disable=import-outside-toplevel
+  logger = testing.log_records("lines", str(tmp_path), testing.fake_records(3),
+                               keys=("env_steps", "loss"))
+  assert logger.file.closed
+  lines = (tmp_path / "records.txt").read_text().splitlines()
+  assert len(lines) == 3 and lines[0].startswith("env_steps=1024 loss=")
+  assert lines[1] == "env_steps=2048 loss=None"  # the run's NaN, as every logger gets it
+

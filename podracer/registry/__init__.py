@@ -23,6 +23,7 @@ replay = Registry("replay")
 topologies = Registry("device topology")
 agents = Registry("agent")
 runtimes = Registry("runtime")
+loggers = Registry("logger")
 
 ALL = {
     "environments": environments,
@@ -33,6 +34,7 @@ ALL = {
     "topologies": topologies,
     "agents": agents,
     "runtimes": runtimes,
+    "loggers": loggers,
 }
 
 __all__ = ["Registry", "UnknownComponentError", "DuplicateComponentError", "build",
