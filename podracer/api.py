@@ -30,7 +30,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.registry": ("Registry", "UnknownComponentError", "DuplicateComponentError",
                           "build", "check_kwargs", "ALL", "environments", "networks",
                           "losses", "optimizers", "replay", "topologies", "agents",
-                          "runtimes"),
+                          "runtimes", "loggers"),
     "podracer.registry.ranges": ("Range", "Probability", "Fraction", "Positive",
                                  "NonNegative", "Finite"),
     "podracer.builder": ("build", "build_agent", "Experiment", "EnvironmentFactory",
@@ -54,11 +54,18 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.errors": ("ConfigError", "MissingPackage", "RecompilationError",
                         "ThreadFailure", "NonFiniteError", "EnvironmentWorkerError",
                         "ReplayTimeout", "ReplayUnavailableError", "DiskError"),
-    "podracer.metrics": ("METRICS_FILE", "windowed_returns", "episode_sums"),
+    "podracer.metrics": ("METRICS_FILE", "windowed_returns", "episode_sums",
+                         "DEFAULT_LOGGERS"),
+    "podracer.logs": ("Logger", "JsonlLogger", "TensorBoardLogger", "CsvLogger",
+                      "read_csv", "default_loggers"),
+    "podracer.wandb_log": ("WandbLogger", "offline_runs", "read_offline_run"),
+    "podracer.report": ("report", "read_runs", "group_runs", "final_score",
+                        "interval_estimates", "main"),
     "podracer.deprecation": ("warn_once", "renamed_attribute", "renamed_module_names"),
     "podracer.testing": ("fake_spec", "fake_observations", "FakeEnvironment",
                          "FakeHostEnvironment", "rollout", "fake_trajectory",
-                         "check_network", "one_update", "traced_update"),
+                         "check_network", "one_update", "traced_update", "fake_records",
+                      "log_records"),
     "podracer.testing_fixtures": ("force_host_devices", "registered", "devices",
                                   "fake_spec", "fake_env"),
     "podracer.components.environments": (),  # its __all__
@@ -67,6 +74,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.components.replay": (),
     "podracer.components.optimizers": ("adam", "rmsprop"),
     "podracer.components.topologies": ("Replicate", "ActorLearner"),
+    "podracer.components.loggers": (),
 }
 
 

@@ -26,7 +26,9 @@ device buffers could read memory the step is already overwriting.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import json
 import logging
 import os
 import shutil
@@ -41,6 +43,7 @@ from podracer import disk, distributed
 from podracer.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
+COMMITTED = "committed"  # the checkpoints every process of a run finished (markers)
 TMP_MARK = ".orbax-checkpoint-tmp"  # in the names of orbax's checkpoints being written
 
 
@@ -50,14 +53,11 @@ def for_run(config: Any, runtime: Any, workdir: Optional[str],
   resume (its `run` takes no `checkpointer`), or orbax-checkpoint missing (said once)."""
   if not workdir or "checkpointer" not in inspect.signature(runtime.run).parameters:
     return None
-  if distributed.process_count() > 1:  # Each process's state holds only its own replicas.
-    if stream:
-      stream.write("Not writing checkpoints: a run over several processes cannot resume "
-                   "yet.\n")
-    return None
+  several = distributed.process_count() > 1
   try:
-    return Checkpointer(workdir, interval=config.get("checkpoint_interval", 600.0),
-                        keep=config.get("checkpoints_to_keep", 3))
+    return (MultiProcessCheckpointer if several else Checkpointer)(
+        workdir, interval=config.get("checkpoint_interval", 600.0),
+        keep=config.get("checkpoints_to_keep", 3))
   except ImportError as e:  # A venv made before it was a dependency: still run.
     if stream:
       stream.write(f"Not writing checkpoints: {e} (pip install orbax-checkpoint, see "
@@ -67,7 +67,9 @@ def for_run(config: Any, runtime: Any, workdir: Optional[str],
 
 def has_checkpoint(workdir: str) -> bool:
   path = os.path.join(workdir, CHECKPOINT_DIR)
-  return os.path.isdir(path) and any(name.isdigit() for name in os.listdir(path))
+  committed = os.path.join(path, COMMITTED)  # A run over several processes' checkpoints.
+  return os.path.isdir(path) and (any(name.isdigit() for name in os.listdir(path)) or (
+      os.path.isdir(committed) and any(n.isdigit() for n in os.listdir(committed))))
 
 
 def _closed_loop_error(exc_type, value) -> bool:
@@ -133,9 +135,8 @@ class Checkpointer:
     self._good: set = set()  # steps this run saved or resumed from
     self.directory = os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR))
     self.interval, self.keep = interval, keep
-    self._manager = ocp.CheckpointManager(
-        self.directory, options=ocp.CheckpointManagerOptions(
-            max_to_keep=keep, enable_async_checkpointing=False))
+    self._check_kind()
+    self._manager = self._new_manager(keep)
     self._last_save = time.monotonic()
     self.saved_step: Optional[int] = None
     self.saved_env_steps: Optional[int] = None
@@ -154,15 +155,15 @@ class Checkpointer:
     """(step, meta, state arrays) of the newest checkpoint that restores whole, read once;
     newer ones that do not are skipped, each with a line saying why."""
     if self._usable is None:
-      steps = sorted(self._manager.all_steps(), reverse=True)
+      steps = self._steps()
       for step in steps:
         try:
-          restored = self._manager.restore(step, args=self._ocp.args.Composite(
-              state=self._ocp.args.StandardRestore(), meta=self._ocp.args.JsonRestore()))
-          self._usable = (step, dict(restored["meta"]),
-                          {k: np.asarray(v) for k, v in restored["state"].items()})
+          meta, arrays = self._restored(step)
+          self._usable = (step, meta, arrays)
           self._good.add(step)
           break
+        except ConfigError:  # Another layout of processes and devices: refuse, not skip.
+          raise
         except Exception as e:  # pylint: disable=broad-except -- any damage: try older
           asyncio_logger = logging.getLogger("asyncio")
           if not any(isinstance(f, _SkippedCheckpointReads) for f in asyncio_logger.filters):
@@ -183,21 +184,55 @@ class Checkpointer:
     meta = self.meta()
     return None if meta is None else int(meta["records"])
 
+  def _own_directory(self) -> str:
+    """Where this process's orbax checkpoints go."""
+    return self.directory
+
+  def _check_kind(self) -> None:
+    """A ConfigError if the workdir holds a run over several processes' checkpoints."""
+    marker = _newest_marker(self.directory)
+    if marker is not None:
+      raise ConfigError(
+          f"The checkpoints in {self.directory} were written by a run over "
+          f"{marker.get('num_processes', 'several')} processes; this run has 1. A run "
+          "resumes only on as many processes and devices as it had: relaunch it so, or "
+          "with --fresh to start over.")
+
+  def _new_manager(self, keep: int) -> Any:
+    return self._ocp.CheckpointManager(self.directory, options=self._ocp.CheckpointManagerOptions(
+        max_to_keep=keep, enable_async_checkpointing=False, cleanup_tmp_directories=True))
+
+  def _steps(self):
+    """The steps of the checkpoints there are, newest first."""
+    return sorted(self._manager.all_steps(), reverse=True)
+
   def due(self) -> bool:
     return time.monotonic() - self._last_save >= self.interval
 
-  def maybe_save(self, step: int, state: Any, num_records: int, **counters: Any) -> None:
-    if self.due():
+  def decide(self) -> Tuple[bool, bool]:
+    """(save now, stop now) at a step boundary: here, whether the interval is due (a
+    stop comes from the signal itself); over several processes, agreed by all."""
+    return self.due(), False
+
+  def maybe_save(self, step: int, state: Any, num_records: int, **counters: Any) -> bool:
+    """Saves if `decide` says so; returns whether the run must stop here (agreed)."""
+    save, stop = self.decide()
+    if save or stop:
       self.save(step, state, num_records, **counters)
+    return stop
 
   def save(self, step: int, state: Any, num_records: int, **counters: Any) -> None:
     """Saves `state` as checkpoint `step`; `counters` (JSON: env_steps, ...) beside it."""
     if step not in self._good:  # Else this state is saved already (or resumed from).
-      if step in self._manager.all_steps():  # A damaged checkpoint the resume skipped.
-        self._manager.delete(step)
+      self._delete(step)  # A damaged checkpoint the resume skipped, if any.
       self._save(step, state, num_records, counters)
       self._good.add(step)
+      self._commit(step)
     self.saved_step, self.saved_env_steps = step, counters.get("env_steps")
+
+  def _delete(self, step: int) -> None:
+    if step in self._manager.all_steps():
+      self._manager.delete(step)
 
   def _save(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
     with disk.writing(f"checkpoint {step}", self.directory, cleanup=self._remove_partial):
@@ -205,19 +240,40 @@ class Checkpointer:
 
   def _remove_partial(self) -> None:
     """Removes what a failed save left: orbax's temporary directories (a complete
-    checkpoint is renamed from one), so a relaunch resumes from the last whole one."""
-    if not os.path.isdir(self.directory):
-      return
-    for name in os.listdir(self.directory):
-      if TMP_MARK in name:
+    checkpoint is renamed from one), so a relaunch resumes from the last whole one.
+    Tensorstore's writes still in flight when a save failed may land once the removal
+    frees space, so this repeats until none has appeared for half a second (at most 3 s)."""
+    quiet_since = start = time.monotonic()
+    while time.monotonic() - quiet_since < 0.5 and time.monotonic() - start < 3.0:
+      partial = [n for n in (os.listdir(self.directory) if os.path.isdir(self.directory)
+                             else []) if TMP_MARK in n]
+      for name in partial:
         shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+      if partial:
+        quiet_since = time.monotonic()
+      time.sleep(0.05)
 
   def _write(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
     self._manager.save(step, args=self._ocp.args.Composite(
         state=self._ocp.args.StandardSave(_host_leaves(state)),
-        meta=self._ocp.args.JsonSave(dict(counters, step=step, records=num_records))))
+        meta=self._ocp.args.JsonSave(dict(counters, step=step, records=num_records,
+                                          **self.layout()))))
     self._manager.wait_until_finished()
     self._last_save = time.monotonic()
+
+  def _commit(self, step: int) -> None:
+    """What makes a saved checkpoint count: here, orbax's rename of it (done)."""
+
+  def layout(self) -> Dict[str, int]:
+    """How many processes and devices wrote a checkpoint: a run resumes only on the same."""
+    return dict(num_processes=distributed.process_count(),
+                num_local_devices=jax.local_device_count())
+
+  def _restored(self, step: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """(meta, state arrays) of checkpoint `step`; raises if it does not restore."""
+    restored = self._manager.restore(step, args=self._ocp.args.Composite(
+        state=self._ocp.args.StandardRestore(), meta=self._ocp.args.JsonRestore()))
+    return dict(restored["meta"]), {k: np.asarray(v) for k, v in restored["state"].items()}
 
   def restore(self, like: Any) -> Tuple[Any, int]:
     """The newest usable checkpoint's state (host arrays, the pytree of `like`) and step."""
@@ -234,6 +290,172 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+class MultiProcessCheckpointer(Checkpointer):
+  """Checkpoints of a run over several processes, on a shared workdir. Each process writes
+  its own part of every checkpoint (its devices' replicas, environment states, keys, its
+  slice of a device replay) into WORKDIR/checkpoints/process_<i>/<step>/: the state's
+  host arrays (state.npz) and the meta (meta.json), written under a temporary name,
+  synced and renamed, so a part is whole or absent. (Not orbax: its numpy arrays are
+  written by process 0 only, and these parts are each one process's own.) Once every
+  process has finished its part, process 0 marks the checkpoint committed
+  (WORKDIR/checkpoints/committed/<step>, also written whole by a rename): a checkpoint
+  not every process finished never counts. Saves happen at the same step on every
+  process: at each step boundary process 0's clock decides whether one is due, and a
+  SIGTERM to any process (SLURM signals every rank) becomes a stop that all agree on, at
+  the same step, with a save (`preemption.coordinate`). A resume needs as many processes
+  and devices as the checkpoint had (else a ConfigError naming both); every process
+  restores its part of the newest committed checkpoint, and if one cannot (a file cut
+  short: a CRC error), all go on to the one before.
+  """
+
+  def __init__(self, workdir: str, interval: float = 600.0, keep: int = 3,
+               stream=sys.stderr):
+    # Process 0 says what is skipped; the others would only say it again.
+    super().__init__(workdir, interval, keep, stream if distributed.is_main() else None)
+    self._exchanges = 0
+    os.makedirs(self._own_directory(), exist_ok=True)
+    from podracer import preemption  # pylint: disable=import-outside-toplevel
+    preemption.coordinate()
+
+  def _own_directory(self) -> str:
+    return os.path.join(self.directory, f"process_{distributed.process_index()}")
+
+  def _check_kind(self) -> None:
+    """A ConfigError if the workdir holds the checkpoints of a run of one process."""
+    if os.path.isdir(self.directory) and any(n.isdigit() for n in os.listdir(self.directory)):
+      raise ConfigError(
+          f"The checkpoints in {self.directory} were written by a run of one process; this "
+          f"run has {distributed.process_count()}. A run resumes only on as many processes "
+          "and devices as it had: relaunch it so, or with --fresh to start over.")
+
+  def _new_manager(self, keep: int) -> None:
+    return None  # Its parts are written here (`_write`): see the class's docstring.
+
+  def _part(self, step: int) -> str:
+    return os.path.join(self._own_directory(), str(step))
+
+  def _delete(self, step: int) -> None:
+    shutil.rmtree(self._part(step), ignore_errors=True)
+
+  def _remove_partial(self) -> None:
+    own = self._own_directory()
+    for name in os.listdir(own) if os.path.isdir(own) else ():
+      if name.endswith(".partial"):
+        shutil.rmtree(os.path.join(own, name), ignore_errors=True)
+
+  def _write(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
+    """This process's part: its state's host arrays and the meta, in a directory written
+    whole under a temporary name, synced, then renamed."""
+    partial = os.path.join(self._own_directory(), f".{step}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    meta = dict(counters, step=step, records=num_records, **self.layout())
+    with open(os.path.join(partial, "state.npz"), "wb") as f:
+      np.savez(f, **_host_leaves(state))
+      f.flush()
+      os.fsync(f.fileno())
+    with open(os.path.join(partial, "meta.json"), "w", encoding="utf-8") as f:
+      json.dump(meta, f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(partial, self._part(step))
+    self._last_save = time.monotonic()
+
+  def _restored_part(self, step: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    with open(os.path.join(self._part(step), "meta.json"), encoding="utf-8") as f:
+      meta = json.load(f)
+    with np.load(os.path.join(self._part(step), "state.npz")) as npz:
+      return meta, {k: npz[k] for k in npz.files}  # Reading checks each array's CRC.
+
+  def _prune(self) -> None:
+    """Lets go of this process's parts beyond the newest `keep`."""
+    own = self._own_directory()
+    steps = sorted((int(n) for n in os.listdir(own) if n.isdigit()), reverse=True)
+    for old in steps[self.keep:]:
+      self._delete(old)
+
+  def close(self) -> None:
+    pass  # Nothing held open: each part is written whole and closed.
+
+  def _exchange(self, what: str, value: str):
+    """Every process's `value` (one exchange of the coordination service, each new)."""
+    self._exchanges += 1
+    return distributed.exchange(f"checkpoint/{self._exchanges}/{what}", value)
+
+  def _steps(self):
+    committed = os.path.join(self.directory, COMMITTED)
+    if not os.path.isdir(committed):
+      return []
+    return sorted((int(n) for n in os.listdir(committed) if n.isdigit()), reverse=True)
+
+  def decide(self) -> Tuple[bool, bool]:
+    """Every process says whether a SIGTERM asked it to stop and process 0 whether a
+    save is due; all get the same answers (one exchange per step)."""
+    from podracer import preemption  # pylint: disable=import-outside-toplevel
+    said = self._exchange("step", f"{int(preemption.requested())}{int(self.due())}")
+    stop = any(s[0] == "1" for s in said)
+    return said[0][1] == "1" or stop, stop
+
+  def _commit(self, step: int) -> None:
+    """After every process has saved its part of `step` (one exchange), process 0
+    marks it committed and lets go of the markers beyond `keep`."""
+    self._exchange(f"saved {step}", "1")
+    self._prune()
+    if not distributed.is_main():
+      return
+    committed = os.path.join(self.directory, COMMITTED)
+    os.makedirs(committed, exist_ok=True)
+    with disk.writing(f"checkpoint {step}'s commit", committed):
+      partial = os.path.join(committed, f".{step}.partial")
+      with open(partial, "w", encoding="utf-8") as f:
+        json.dump(self.layout(), f)
+      os.replace(partial, os.path.join(committed, str(step)))
+    for old in self._steps()[self.keep:]:
+      with contextlib.suppress(OSError):
+        os.remove(os.path.join(committed, str(old)))
+
+  def _restored(self, step: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+    """This process's part of checkpoint `step`, if every process restored its own."""
+    ok, why, meta, arrays = "1", "", {}, {}
+    try:
+      meta, arrays = self._restored_part(step)
+      self._check_layout(step, meta)
+    except ConfigError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except -- said below, by process 0
+      ok, why = "0", f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+    said = self._exchange(f"restored {step}", ok + why)
+    failed = [f"{p} ({s[1:]})" if s[1:] else str(p) for p, s in enumerate(said)
+              if s[0] != "1"]
+    if failed:
+      raise RuntimeError(f"process(es) {', '.join(failed)} could not restore their part")
+    return meta, arrays
+
+  def _check_layout(self, step: int, meta: Dict[str, Any]) -> None:
+    saved = {k: meta.get(k) for k in self.layout()}
+    if saved != self.layout():
+      raise ConfigError(
+          f"Checkpoint {step} in {self.directory} was written by {saved['num_processes']} "
+          f"process(es) of {saved['num_local_devices']} device(s) each; this run has "
+          f"{self.layout()['num_processes']} of {self.layout()['num_local_devices']}. A run "
+          "over several processes resumes only on as many processes and devices as it "
+          "had: relaunch it so, or with --fresh to start over.")
+
+
+def _newest_marker(directory: str) -> Optional[Dict[str, Any]]:
+  """The layout in the newest commit marker of a run over several processes, or None."""
+  committed = os.path.join(directory, COMMITTED)
+  steps = sorted((int(n) for n in os.listdir(committed) if n.isdigit()), reverse=True) \
+      if os.path.isdir(committed) else []
+  if not steps:
+    return None
+  try:
+    with open(os.path.join(committed, str(steps[0])), encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
 
 
 # Saved as a flat {index: array} dict: orbax may rebuild NamedTuples as dicts, whose

@@ -10,6 +10,10 @@ module is the one place that knows about processes:
                         process, so each process maps its own and collectives span all.
   ends_process_on_failure()  a failed process exits at once instead of waiting in JAX's
                         shutdown barrier, so the others learn of it (below).
+  check_same_run(config, version)  every process was started with the same config and
+                        podracer version (else a ConfigError on every one, naming keys).
+  check_shared_workdir(workdir)  every process sees the directory process 0 writes (the
+                        checkpoints' home must be shared).
 
 Timeouts (see docs/runs.md, "Several processes and hosts"):
   INIT_TIMEOUT_S       how long processes wait for each other to connect.
@@ -25,10 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import os
 import sys
 import traceback
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 INIT_TIMEOUT_S = 60
 HEARTBEAT_TIMEOUT_S = 10
@@ -160,8 +165,115 @@ def ends_process_on_failure() -> Iterator[None]:
 def _exit_now(code: int, error: Optional[BaseException]) -> None:
   if error is not None:
     traceback.print_exception(type(error), error, error.__traceback__)
-  sys.stderr.write(f"Process {process_index()} of {process_count()} failed (exit status "
-                   f"{code}); the other processes stop too.\n")
+  # A config error (exit 2) was said in its paragraph, and a stop on SIGINT or SIGTERM
+  # (130, 143) agreed and saved, on every process: those leave together, said already.
+  together = code in (2, 130, 143)
+  if not together:
+    sys.stderr.write(f"Process {process_index()} of {process_count()} failed (exit status "
+                     f"{code}); the other processes stop too.\n")
   sys.stdout.flush()
   sys.stderr.flush()
+  if together:
+    _leave_together()
   os._exit(code)  # pylint: disable=protected-access
+
+
+def _leave_together(wait_s: float = 5.0) -> None:
+  """A config error every process found (ranks that disagree, a workdir not shared) or a
+  stop every process agreed on: process 0, which holds the coordination service, leaves
+  after the others have said they leave (at most `wait_s`), so that none is aborted by
+  the service's end before it has said its own paragraph and exited with its code."""
+  client = _kv()
+  if client is None:
+    return
+  try:
+    if not is_main():
+      client.key_value_set(f"podracer/leaving/{process_index()}", "1")
+      return
+    for p in range(1, process_count()):
+      client.blocking_key_value_get(f"podracer/leaving/{p}", int(wait_s * 1000))
+  except Exception:  # pylint: disable=broad-except -- a process that failed otherwise
+    pass
+
+
+# -- what every process must agree on, through the coordination service's key-value store --
+
+KV_TIMEOUT_MS = 60_000
+
+
+def _kv():
+  """jax.distributed's key-value store (the coordinator's); None in one process."""
+  if not _initialized:
+    return None
+  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
+  return jax_distributed.global_state.client
+
+
+def exchange(name: str, value: str) -> List[str]:
+  """Every process's `value` under `name`, in process order (this one's too)."""
+  client = _kv()
+  if client is None:
+    return [value]
+  client.key_value_set(f"podracer/{name}/{process_index()}", value)
+  return [client.blocking_key_value_get(f"podracer/{name}/{p}", KV_TIMEOUT_MS)
+          for p in range(process_count())]
+
+
+def check_same_run(config_json: str, version: str) -> None:
+  """A ConfigError on every process, naming the keys, if any process was started with
+  another config or podracer version than process 0: one run, one config."""
+  from podracer.errors import ConfigError  # pylint: disable=import-outside-toplevel
+  versions = exchange("version", version)
+  configs = exchange("config", config_json)
+  for p, theirs in enumerate(versions):
+    if theirs != versions[0]:
+      raise ConfigError(
+          f"Process {p} runs podracer {theirs} and process 0 podracer {versions[0]}: every "
+          "process of a run must run the same version; install one on every host.")
+  for p, theirs in enumerate(configs):
+    if theirs != configs[0]:
+      keys = _differing_keys(json.loads(configs[0]), json.loads(theirs))
+      shown = ", ".join(f"`{k}` ({a!r} on process 0, {b!r} on process {p})"
+                        for k, a, b in keys[:4])
+      raise ConfigError(
+          f"Process {p} was started with another config than process 0: {shown}"
+          f"{' and more' if len(keys) > 4 else ''}. Every process of a run must be "
+          "started with the same --config and overrides.")
+
+
+def _differing_keys(a: Any, b: Any, prefix: str = "") -> List[tuple]:
+  if isinstance(a, dict) and isinstance(b, dict):
+    out = []
+    for key in sorted(set(a) | set(b)):
+      out += _differing_keys(a.get(key), b.get(key), f"{prefix}{key}.")
+    return out
+  return [] if a == b else [(prefix.rstrip("."), a, b)]
+
+
+SHARED_MARK = ".podracer-shared"
+
+
+def check_shared_workdir(workdir: Optional[str]) -> None:
+  """A ConfigError on every process unless each sees the mark process 0 writes into
+  `workdir`: checkpoints over several processes go into one shared directory."""
+  from podracer.errors import ConfigError  # pylint: disable=import-outside-toplevel
+  if not workdir or _kv() is None:
+    return
+  path = os.path.join(workdir, SHARED_MARK)
+  if is_main():
+    nonce = os.urandom(8).hex()
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(nonce)
+  nonce = exchange("shared_nonce", nonce if is_main() else "")[0]
+  try:
+    with open(path, encoding="utf-8") as f:
+      seen = f.read().strip() == nonce
+  except OSError:
+    seen = False
+  missing = [p for p, ok in enumerate(exchange("shared_seen", str(int(seen)))) if ok != "1"]
+  if missing:
+    raise ConfigError(
+        f"The workdir {workdir} is not shared: process(es) {', '.join(map(str, missing))} "
+        f"do not see the file process 0 wrote there ({SHARED_MARK}). A run over several "
+        "processes keeps one set of checkpoints and records: give every process the same "
+        "directory on a shared filesystem (NFS, a cluster's shared disk).")

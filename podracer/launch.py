@@ -84,6 +84,9 @@ def register_components_and_agents() -> None:
 def run(config, workdir=None, stream=sys.stdout, fresh=False):
   """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
   validation.check_config(config)
+  if distributed.process_count() > 1:  # One run: the same config and podracer on each.
+    from podracer import __version__  # pylint: disable=import-outside-toplevel
+    distributed.check_same_run(config.to_json_best_effort(sort_keys=True), __version__)
   main = distributed.is_main()
   with hold_workdir(workdir if main else None):
     return _run_in(config, workdir, stream, fresh, main)
@@ -92,20 +95,24 @@ def run(config, workdir=None, stream=sys.stdout, fresh=False):
 def _run_in(config, workdir, stream, fresh, main):
   """`run` once process 0 holds the workdir."""
   found = prepare_workdir(workdir, fresh, config) if main else None
+  distributed.check_shared_workdir(workdir)
   if found and stream:
     stream.write(found + "\n")
   from podracer import builder  # Imports JAX: keep `--help` fast.
 
   register_components_and_agents()
   experiment = builder.build(config)
-  if not main:  # Process 0 writes the run's files; this one only its own log.
-    stream, workdir = distributed.open_log(workdir, stream), None
+  checkpoints_in = workdir
+  if not main:  # Process 0 writes the run's files; this one its own log and its part
+    stream, workdir = distributed.open_log(workdir, stream), None  # of each checkpoint.
   elif workdir:
     path = os.path.join(workdir, CONFIG_FILE)
     with disk.writing("config", path), open(path, "w") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
   try:
-    summary = experiment.run(workdir=workdir, stream=stream)
+    # (Only where they differ: an Experiment of a user's own may not take the argument.)
+    where = {} if checkpoints_in == workdir else dict(checkpoints_in=checkpoints_in)
+    summary = experiment.run(workdir=workdir, stream=stream, **where)
   except KeyboardInterrupt as interrupt:
     # The runtime stopped its threads and environments, and the logger wrote the plot.
     summary = dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt))
@@ -120,7 +127,8 @@ def _run_in(config, workdir, stream, fresh, main):
   except ConfigError:  # Found when first traced (a loss's shape): bad input, exit 2.
     raise
   except Exception:
-    if workdir and not experiment.logger.records:
+    logger = getattr(experiment, "logger", None)  # None: it failed before the first step
+    if workdir and (logger is None or not logger.records):
       sys.stderr.write(f"The run recorded no metrics before it failed: {workdir}/"
                        f"{METRICS_FILE} is empty and no learning curve was plotted.\n")
     raise

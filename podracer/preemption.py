@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import signal
 
-_deferral = dict(depth=0, pending=False)
+_deferral = dict(depth=0, pending=False, coordinated=False)
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -37,12 +37,13 @@ def handle_sigint() -> None:
 
 
 def handle_sigterm() -> None:
-  """From now on the first SIGTERM raises `Terminated` in the main thread."""
+  """From now on the first SIGTERM raises `Terminated` in the main thread (or, once
+  `coordinate()` was called, only marks the stop as requested)."""
 
   def on_sigterm(signum, frame):
     del signum, frame
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if _deferral["depth"]:
+    if _deferral["depth"] or _deferral["coordinated"]:
       _deferral["pending"] = True
     else:
       raise Terminated()
@@ -58,7 +59,27 @@ def deferred():
     yield
   finally:
     _deferral["depth"] -= 1
-  if _deferral["pending"] and not _deferral["depth"]:
+  if _deferral["pending"] and not _deferral["depth"] and not _deferral["coordinated"]:
+    _deferral["pending"] = False
+    raise Terminated()
+
+
+def coordinate() -> None:
+  """A run over several processes that checkpoints: from now on a SIGTERM only marks the
+  stop as requested (`requested()`), and the processes agree on the step at which all
+  save and stop (podracer/checkpoint.py's `MultiProcessCheckpointer`), so that none
+  stops in a collective the others are still in."""
+  _deferral["coordinated"] = True
+
+
+def requested() -> bool:
+  """Whether a SIGTERM asked this process to stop (in a coordinated run)."""
+  return bool(_deferral["pending"])
+
+
+def raise_if_requested() -> None:
+  """`Terminated` if a SIGTERM asked to stop (the end of a coordinated stop)."""
+  if _deferral["pending"]:
     _deferral["pending"] = False
     raise Terminated()
 

@@ -4,7 +4,7 @@
 #   bash scripts/setup_env.sh default   # .venv:        Python >= 3.11, current JAX
 #   bash scripts/setup_env.sh reverb    # .venv-reverb: Python 3.11, dm-reverb + JAX 0.4.34
 #
-# It installs `pip install -c requirements/LANE.txt -e ".[EXTRAS]"` (default: test,jax-envs;
+# It installs `pip install -c requirements/LANE.txt -e ".[EXTRAS]"` (default: test,jax-envs,wandb;
 # reverb: reverb,test) and records a hash of the
 # lock file (and of setup.py and the package version) in the venv; while that hash matches,
 # a later call does nothing. PODRACER_PYTHON=/path/to/python picks the interpreter for a new
@@ -16,7 +16,7 @@ cd "$ROOT"
 
 LANE="${1:-default}"
 case "$LANE" in
-  default) VENV=".venv"; LOCK="requirements/default.txt"; EXTRAS="test,jax-envs" ;;
+  default) VENV=".venv"; LOCK="requirements/default.txt"; EXTRAS="test,jax-envs,wandb" ;;
   reverb) VENV=".venv-reverb"; LOCK="requirements/reverb.txt"; EXTRAS="reverb,test" ;;
   *) echo "setup_env: unknown lane '$LANE' (expected: default or reverb)" >&2; exit 2 ;;
 esac
@@ -49,6 +49,27 @@ version_ok() {  # version_ok X.Y: is X.Y acceptable for this lane?
   if [[ "$LANE" == reverb ]]; then [[ "$v" == 3.11 ]]
   else [[ "${v%%.*}" -gt 3 || ( "${v%%.*}" -eq 3 && "${v#*.}" -ge 11 ) ]]; fi
 }
+
+# Open MPI's mpirun, for runs a cluster launcher starts (docs/runs.md; tests/test_multihost.py
+# skips its test, saying why, where it cannot be had): Debian's openmpi-bin, where apt
+# works without asking (root, or passwordless sudo). The default lane's alone.
+install_mpirun() {
+  command -v mpirun >/dev/null 2>&1 && return 0
+  command -v apt-get >/dev/null 2>&1 || { say "note: no apt-get here, so no mpirun"; return 0; }
+  local sudo=""
+  if [[ $(id -u) != 0 ]]; then
+    sudo -n true 2>/dev/null || { say "note: apt-get needs root here, so no mpirun"; return 0; }
+    sudo="sudo -n"
+  fi
+  if { $sudo apt-get install -y -q --no-install-recommends openmpi-bin ||
+       { $sudo apt-get update -q && $sudo apt-get install -y -q --no-install-recommends openmpi-bin; }
+     } >>"${TMPDIR:-/tmp}/podracer-openmpi.log" 2>&1; then
+    say "installed Open MPI's mpirun ($(mpirun --version 2>/dev/null | head -n 1))"
+  else
+    say "note: apt-get could not install openmpi-bin (${TMPDIR:-/tmp}/podracer-openmpi.log)"
+  fi
+}
+if [[ "$LANE" == default ]]; then install_mpirun; fi
 
 # Fast path: the venv exists, runs, and was installed from this very lock.
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT_HASH" ]] && version_ok "$(py_version "$VENV/bin/python")"; then

@@ -6,6 +6,8 @@
 #                                             # or `slow` marker): minutes, for iterating
 #   LANES=default bash scripts/test.sh        # only the default lane
 #   PARALLEL_LANES=0 bash scripts/test.sh     # one lane after the other (default on 1 core)
+#   TEST_WORKERS=1 bash scripts/test.sh       # the default lane in one pytest process
+#                                             # (default: 2 workers, pytest-xdist, on 2+ cores)
 #   bash scripts/test.sh -k ppo -x            # extra arguments go to pytest
 #   bash scripts/test.sh tests/components     # paths given replace the default `tests`
 #
@@ -41,6 +43,7 @@ for arg in "$@"; do
   if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then TARGETS=(); break; fi
 done
 
+CORES="$(nproc 2>/dev/null || echo 1)"
 LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/podracer-test.XXXXXX")"
 trap 'rm -rf "$LOG_DIR"' EXIT
 
@@ -70,9 +73,15 @@ run_lane() {
   fi
   if bash scripts/setup_env.sh "$lane"; then
     setup_s=$((SECONDS - t0))
-    echo "---- $lane: setup took ${setup_s}s; running: python -m pytest ${TARGETS[*]:+${TARGETS[*]} }-q -ra ${*:2}"
+    # The default lane's tests in 2 worker processes (pytest-xdist), a file each at a time:
+    # much of a test is one core's work (imports, compiles, a launcher's start, waits).
+    local workers=()
+    if [[ "$lane" == default && "${TEST_WORKERS:-$([[ $CORES -ge 2 ]] && echo 2 || echo 1)}" -gt 1 ]]; then
+      workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+    fi
+    echo "---- $lane: setup took ${setup_s}s; running: python -m pytest ${TARGETS[*]:+${TARGETS[*]} }-q -ra ${workers[*]} ${*:2}"
     t1=$SECONDS
-    PODRACER_LANE="$lane" "$venv/bin/python" -m pytest "${TARGETS[@]}" -q -ra --durations=50 "${@:2}" 2>&1 \
+    PODRACER_LANE="$lane" "$venv/bin/python" -m pytest "${TARGETS[@]}" -q -ra --durations=50 "${workers[@]+"${workers[@]}"}" "${@:2}" 2>&1 \
       | tee "$LOG_DIR/$lane.log"
     rc=${PIPESTATUS[0]}
     echo "1 $rc $setup_s $((SECONDS - t1))" > "$LOG_DIR/$lane.status"
@@ -87,7 +96,6 @@ run_lane() {
 # against 61.4 one after the other (2026-11-26). Each line shows as it comes, prefixed with its lane;
 # each lane's whole output follows when both are done. Tests that look for their own
 # stray processes know them by the session's tag (tests/conftest.py).
-CORES="$(nproc 2>/dev/null || echo 1)"
 if [[ ${#LANE_LIST[@]} -gt 1 && "${PARALLEL_LANES:-$([[ $CORES -ge 2 ]] && echo 1 || echo 0)}" == 1 ]]; then
   echo "test.sh: $CORES cores: running the lanes ${LANE_LIST[*]} side by side"
   for lane in "${LANE_LIST[@]}"; do

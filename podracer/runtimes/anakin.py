@@ -317,9 +317,10 @@ class Anakin(Runtime):
           records.write(logger, call, started, state, metrics, episodes,
                         compile_step=(call == first_call))
           done = call + 1
-          if checkpointer is not None:
-            checkpointer.maybe_save(done, state, len(logger.records),
-                                    env_steps=done * self.steps_per_call)
+          # Over several processes all agree here whether to save and stop (SIGTERM).
+          if checkpointer is not None and checkpointer.maybe_save(
+              done, state, len(logger.records), env_steps=done * self.steps_per_call):
+            raise preemption.Terminated()
         if logger.target_reached:
           break
     except KeyboardInterrupt:

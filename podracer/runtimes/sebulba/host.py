@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from podracer import evaluation as evaluation_lib
-from podracer import distributed
+from podracer import distributed, preemption
 from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Runtime
@@ -125,6 +125,14 @@ class HostRuntime(Runtime):
     learner.progress = Progress(**{k: int(meta[k]) for k in ("env_steps", "updates",
                                                              "episodes", "records")})
 
+  def _at_update(self, checkpointer: Any, state: List[Any], learner: Learner) -> bool:
+    """After each update: saves if due (over several processes, agreed by all, and when
+    a SIGTERM asked any of them to stop); returns whether the learner must stop here."""
+    save, stop = checkpointer.decide()
+    if save or stop:
+      self._save(checkpointer, state, learner)
+    return stop
+
   def _save(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
     self.path.save(checkpointer)
     progress = learner.progress
@@ -160,8 +168,7 @@ class HostRuntime(Runtime):
     if checkpointer is not None:
       if checkpointer.latest() is not None:
         self._restore(checkpointer, state, learner)
-      learner.checkpoint = lambda: checkpointer.due() and self._save(checkpointer, state,
-                                                                      learner)
+      learner.checkpoint = lambda: self._at_update(checkpointer, state, learner)
     # Over several processes the learners agree when to stop (StopVote), so that none
     # waits in a collective for a process that stopped an update earlier.
     if distributed.process_count() > 1 and logger.stop_at_return is not None:
@@ -207,6 +214,8 @@ class HostRuntime(Runtime):
         self._drain(records, logger)
         if learner.evaluate is not None:
           learner.evaluate.close()
+    # A coordinated stop (several processes, SIGTERM): saved above, now stopped by it.
+    preemption.raise_if_requested()
 
   def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore, output: Any,
                        restart: int = 0, lag_bound: Optional[PolicyLagBound] = None) -> None:

@@ -238,7 +238,7 @@ class Learner:
   def __init__(self, source: Any, store: ParamsStore, records: "queue.Queue", plan: Plan,
                num_learners: int, log_interval: float, key: jax.Array,
                progress: Optional[Progress] = None,
-               checkpoint: Optional[Callable[[], None]] = None,
+               checkpoint: Optional[Callable[[], bool]] = None,
                evaluate: Optional[Any] = None, fail_after_first_update: bool = False):
     self.source, self.store, self.records, self.plan = source, store, records, plan
     self.num_learners, self.log_interval = num_learners, log_interval
@@ -292,8 +292,8 @@ class Learner:
         window = self._put_record(window, state, first=first, params_checksum=(
             checksum(first_replica(state[0])) if checksummed else None))
         first = False
-      if self.checkpoint is not None:
-        self.checkpoint()
+      if self.checkpoint is not None and self.checkpoint():  # saved; a stop all agreed
+        break
       if stopping:
         break
     stop.set()

@@ -26,7 +26,6 @@ than that update, and steps waiting for fresher parameters are held back (others
 from __future__ import annotations
 
 import dataclasses
-import functools
 import queue
 import threading
 import time
