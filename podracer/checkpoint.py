@@ -27,6 +27,7 @@ device buffers could read memory the step is already overwriting.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import json
 import logging
@@ -294,10 +295,12 @@ class Checkpointer:
 
 class MultiProcessCheckpointer(Checkpointer):
   """Checkpoints of a run over several processes, on a shared workdir. Each process writes
-  its own part of every checkpoint (its devices' replicas, environment states, keys, its
+  its own part of every checkpoint (its environment states, actor states, keys, its
   slice of a device replay) into WORKDIR/checkpoints/process_<i>/<step>/: the state's
   host arrays (state.npz) and the meta (meta.json), written under a temporary name,
-  synced and renamed, so a part is whole or absent. (Not orbax: its numpy arrays are
+  synced and renamed, so a part is whole or absent. What every process holds alike (the
+  replicated parameters and optimizer state: arrays whose rows are one row repeated,
+  the same on every process) is written once, one row, by process 0 (replicated.npz). (Not orbax: its numpy arrays are
   written by process 0 only, and these parts are each one process's own.) Once every
   process has finished its part, process 0 marks the checkpoint committed
   (WORKDIR/checkpoints/committed/<step>, also written whole by a rename): a checkpoint
@@ -347,15 +350,24 @@ class MultiProcessCheckpointer(Checkpointer):
 
   def _write(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
     """This process's part: its state's host arrays and the meta, in a directory written
-    whole under a temporary name, synced, then renamed."""
+    whole under a temporary name, synced, then renamed. The replicated arrays (see
+    `_replicated`) go once, into process 0's part (replicated.npz), the rest into each
+    process's state.npz."""
+    arrays = _host_leaves(state)
+    replicated = self._replicated(step, arrays)
     partial = os.path.join(self._own_directory(), f".{step}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     os.makedirs(partial)
-    meta = dict(counters, step=step, records=num_records, **self.layout())
-    with open(os.path.join(partial, "state.npz"), "wb") as f:
-      np.savez(f, **_host_leaves(state))
-      f.flush()
-      os.fsync(f.fileno())
+    own = {k: v for k, v in arrays.items() if k not in replicated}
+    once = {k: arrays[k][0] for k in replicated} if distributed.is_main() else {}
+    for name, kept in (("state.npz", own), ("replicated.npz", once)):
+      if kept or name == "state.npz":
+        with open(os.path.join(partial, name), "wb") as f:
+          np.savez(f, **kept)
+          f.flush()
+          os.fsync(f.fileno())
+    meta = dict(counters, step=step, records=num_records, **self.layout(),
+                replicated={k: list(arrays[k].shape) for k in replicated})
     with open(os.path.join(partial, "meta.json"), "w", encoding="utf-8") as f:
       json.dump(meta, f)
       f.flush()
@@ -363,11 +375,25 @@ class MultiProcessCheckpointer(Checkpointer):
     os.replace(partial, self._part(step))
     self._last_save = time.monotonic()
 
+  def _replicated(self, step: int, arrays: Dict[str, np.ndarray]) -> list:
+    """The arrays every process holds alike, each as copies of one row (the parameters
+    and optimizer state replicated over every device): those whose rows are all equal
+    here, with the same shape and the same row's digest on every process (one exchange)."""
+    mine = {k: _digest(v) for k, v in arrays.items() if _rows_equal(v)}
+    theirs = [json.loads(s) for s in self._exchange(f"replicated {step}", json.dumps(mine))]
+    return sorted(k for k, d in mine.items() if all(t.get(k) == d for t in theirs))
+
   def _restored_part(self, step: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     with open(os.path.join(self._part(step), "meta.json"), encoding="utf-8") as f:
       meta = json.load(f)
     with np.load(os.path.join(self._part(step), "state.npz")) as npz:
-      return meta, {k: npz[k] for k in npz.files}  # Reading checks each array's CRC.
+      arrays = {k: npz[k] for k in npz.files}  # Reading checks each array's CRC.
+    if meta.get("replicated"):  # Saved once, by process 0.
+      once = os.path.join(self.directory, "process_0", str(step), "replicated.npz")
+      with np.load(once) as npz:
+        arrays.update({k: np.broadcast_to(npz[k], shape).copy()
+                       for k, shape in meta["replicated"].items()})
+    return meta, arrays
 
   def _prune(self) -> None:
     """Lets go of this process's parts beyond the newest `keep`."""
@@ -456,6 +482,17 @@ def _newest_marker(directory: str) -> Optional[Dict[str, Any]]:
       return json.load(f)
   except (OSError, ValueError):
     return {}
+
+
+def _rows_equal(x: np.ndarray) -> bool:
+  return x.ndim >= 1 and x.shape[0] >= 1 and bool((x == x[:1]).all())
+
+
+def _digest(x: np.ndarray) -> str:
+  """One row's bytes, dtype and the array's shape, as a short hex digest."""
+  h = hashlib.sha256(f"{x.dtype}{x.shape}".encode())
+  h.update(np.ascontiguousarray(x[0]).tobytes())
+  return h.hexdigest()[:32]
 
 
 # Saved as a flat {index: array} dict: orbax may rebuild NamedTuples as dicts, whose

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import podracer
@@ -77,8 +78,16 @@ def test_anakin_2x4_stopped_by_sigterm_on_every_rank_resumes_to_the_uninterrupte
   committed = sorted(int(s) for s in os.listdir(run / "checkpoints" / "committed")
                      if s.isdigit())
   assert committed and committed[-1] == stopped_at  # every call saved, the last at the stop
-  for rank in (0, 1):  # each process wrote its own part of it
-    assert (run / "checkpoints" / f"process_{rank}" / str(stopped_at)).is_dir()
+  parts = [run / "checkpoints" / f"process_{rank}" / str(stopped_at) for rank in (0, 1)]
+  assert all(part.is_dir() for part in parts)  # each process wrote its own part of it
+  # The replicated state (parameters, optimizer state) once, in process 0's part; each
+  # process's environment states and keys in its own.
+  meta = [json.loads((part / "meta.json").read_text()) for part in parts]
+  assert meta[0]["replicated"] == meta[1]["replicated"] and meta[0]["replicated"]
+  assert (parts[0] / "replicated.npz").exists() and not (parts[1] / "replicated.npz").exists()
+  with np.load(parts[1] / "state.npz") as own, np.load(parts[0] / "replicated.npz") as once:
+    assert own.files and not set(own.files) & set(once.files)
+    assert sorted(once.files) == sorted(meta[0]["replicated"])
 
   again = _start(2, 4, run, *ANAKIN)
   stdout, stderr = again.communicate(timeout=300)
@@ -155,15 +164,16 @@ def test_ranks_started_with_different_configs_are_refused_on_every_rank(tmp_path
 KILLED_WRITING = [sys.executable, "-c", """
 import os, runpy, signal
 from podracer import checkpoint
-write = checkpoint.MultiProcessCheckpointer._write
-def killed_at_4(self, step, *args):
+replicated = checkpoint.MultiProcessCheckpointer._replicated
+def killed_at_4(self, step, arrays):
+  agreed = replicated(self, step, arrays)  # the last exchange before the parts are written
   if step == 4:
     partial = os.path.join(self._own_directory(), '.4.partial')
     os.makedirs(partial)
     open(os.path.join(partial, 'state.npz'), 'wb').write(b'half')
     os.kill(os.getpid(), signal.SIGKILL)
-  return write(self, step, *args)
-checkpoint.MultiProcessCheckpointer._write = killed_at_4
+  return agreed
+checkpoint.MultiProcessCheckpointer._replicated = killed_at_4
 runpy.run_module('podracer.launch', run_name='__main__')"""]
 
 
@@ -229,6 +239,9 @@ def test_sebulba_two_processes_resume_their_learner_and_counters_after_sigterm(t
   stdout, stderr = again.communicate(timeout=300)
   assert again.returncode == 0, stderr[-3000:]
   assert "resuming the run" in stdout
+  step = max(int(n) for n in os.listdir(run / "checkpoints" / "committed") if n.isdigit())
+  meta = json.loads((run / "checkpoints" / "process_1" / str(step) / "meta.json").read_text())
+  assert meta["replicated"]  # the learners' parameters, saved once by process 0
   after = records(run)
   assert len(before) < len(after)  # the interruption was mid-run
   resumed = after[len([r for r in before if r["env_steps"] <= saved["env_steps"]]):]
