@@ -1,55 +1,85 @@
-"""PPO on a MinAtar game (gymnax, Anakin): the learning figure that does not fit in CI.
+"""Agents on MinAtar games (gymnax, Anakin): the learning figures that do not fit in CI.
 
-  python benchmarks/minatar.py [--game=SpaceInvaders-MinAtar] [--target=150]
+  python benchmarks/minatar.py [--agent=ppo] [--game=SpaceInvaders-MinAtar] [--target=150]
                                [--config_name=minatar_anakin] [--num_runs=1] [--seed=0]
+                               [--total_env_steps=10000000] [--num_envs=N]
 
-Trains `agents/ppo/config.py:CONFIG_NAME` (10M env steps, PureJaxRL's settings) and prints
-the wall time, env steps/s, the first env steps at which the mean return reached
-`target`, and the mean return over the last 20 % of the records, per run. On the 2-core
-CPU (2026-11-25): SpaceInvaders seed 0 reached 150 at 2.36M env steps, held 180.0 over
-the last 20 %, 10M env steps in 210 s.
+Trains `agents/AGENT/config.py:CONFIG_NAME` for each agent of `--agent` (ppo, pqn, dqn; a
+comma-separated list) on each game of `--game` (a list too), in that order, one program
+each, and prints per run the wall time, the median env steps/s (records after the
+first, which includes compilation), the first env steps at which the mean return reached
+`target` and the mean return over the last 20 % of the records; then a markdown table of
+all of them. `--num_envs` sets every agent's environments per device (the same
+environments for a speed comparison; the configs' own otherwise: PPO 64, PQN 128, DQN 16).
+
+On the 2-core CPU (2026-11-25): PPO SpaceInvaders seed 0 reached 150 at 2.36M env steps,
+held 180.0 over the last 20 %, 10M env steps in 210 s. PQN against PPO and DQN: the table
+in docs/agents.md.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import statistics
 import sys
 
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-_GAME = flags.DEFINE_string("game", "SpaceInvaders-MinAtar", "gymnax MinAtar game.")
+_AGENTS = flags.DEFINE_list("agent", ["ppo"], "Agents (agents/<name>/config.py).")
+_GAMES = flags.DEFINE_list("game", ["SpaceInvaders-MinAtar"], "gymnax MinAtar games.")
 _TARGET = flags.DEFINE_float("target", 150.0, "Mean return to reach.")
-_CONFIG = flags.DEFINE_string("config_name", "minatar_anakin", "A PPO config.")
+_CONFIG = flags.DEFINE_string("config_name", "minatar_anakin", "Each agent's config.")
 _NUM_RUNS = flags.DEFINE_integer("num_runs", 1, "Runs (seeds) in one program.")
 _SEED = flags.DEFINE_integer("seed", 0, "First seed.")
 _STEPS = flags.DEFINE_integer("total_env_steps", 10_000_000, "Env steps per run.")
+_NUM_ENVS = flags.DEFINE_integer("num_envs", None, "Environments per device, every agent.")
 
 
-def main(argv):
-  del argv
-  from agents.ppo import config as ppo_config
-  from podracer import builder, launch
-
-  launch.register_components_and_agents()
-  config = ppo_config.CONFIGS[_CONFIG.value]()
-  config.env.env_id = _GAME.value
+def train(agent: str, game: str) -> list:
+  """One program of `num_runs` runs of `agent` on `game`; a row per run."""
+  from podracer import builder  # pylint: disable=import-outside-toplevel
+  config = importlib.import_module(f"agents.{agent}.config").CONFIGS[_CONFIG.value]()
+  config.env.env_id = game
   config.topology.num_devices = 1
   config.total_env_steps = _STEPS.value
   config.num_runs, config.seed = _NUM_RUNS.value, _SEED.value
   config.checkpoint_interval = 0.0
+  if _NUM_ENVS.value:
+    config.runtime.num_envs_per_device = _NUM_ENVS.value
   result = builder.build(config).run(workdir=None, stream=sys.stdout, print_interval=10.0)
   records = result.pop("records")
-  print(f"{_CONFIG.value} on {_GAME.value}: {result['env_steps']:,} env steps per run in "
-        f"{result['wall_time']:.0f} s, median {result['median_sps']:,.0f} env steps/s")
+  rates = [r["sps"] for r in records[1:] if "sps" in r] or [result["median_sps"]]
+  rows = []
   for run in range(_NUM_RUNS.value):
     mine = [r for r in records if r.get("run", 0) == run and "episode_return" in r]
     reached = next((r["env_steps"] for r in mine if r["episode_return"] >= _TARGET.value), None)
     tail = mine[int(0.8 * len(mine)):]
-    held = sum(r["episode_return"] for r in tail) / max(len(tail), 1)
-    print(f"  seed {_SEED.value + run}: reached {_TARGET.value:g} at "
-          f"{f'{reached:,}' if reached else 'never'} env steps; last 20 % mean {held:.1f}")
+    rows.append(dict(agent=agent, game=game, seed=_SEED.value + run,
+                     env_steps=result["env_steps"], wall=result["wall_time"],
+                     sps=statistics.median(rates), reached=reached,
+                     held=sum(r["episode_return"] for r in tail) / max(len(tail), 1)))
+    print(f"{agent} {_CONFIG.value} on {game}, seed {_SEED.value + run}: "
+          f"{result['env_steps']:,} env steps in {result['wall_time']:.0f} s, median "
+          f"{rows[-1]['sps']:,.0f} env steps/s; reached {_TARGET.value:g} at "
+          f"{f'{reached:,}' if reached else 'never'}; last 20 % mean {rows[-1]['held']:.1f}",
+          flush=True)
+  return rows
+
+
+def main(argv):
+  del argv
+  from podracer import launch  # pylint: disable=import-outside-toplevel
+  launch.register_components_and_agents()
+  rows = [row for game in _GAMES.value for agent in _AGENTS.value
+          for row in train(agent, game)]
+  print("\n| agent | game | seed | env steps | last 20 % mean | wall time | env steps/s |")
+  print("| --- | --- | --- | --- | --- | --- | --- |")
+  for r in rows:
+    print(f"| {r['agent']} | {r['game']} | {r['seed']} | {r['env_steps']:,} | "
+          f"{r['held']:.1f} | {r['wall']:.0f} s | {r['sps']:,.0f} |")
 
 
 if __name__ == "__main__":
