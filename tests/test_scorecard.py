@@ -24,12 +24,14 @@ def _env():
 
 @pytest.mark.slow
 def test_quick_writes_every_section_and_a_failing_one_is_a_row_and_exit_1(tmp_path):
-  """The whole --quick scorecard (about 2 minutes here, 3 at most: its sections' caps),
-  with the `runs` section made to fail: every section is in the table, the failure is a
-  row with its error's first line, the others still ran, and the exit status is 1."""
+  """The whole --quick scorecard (about 2 minutes alone on the 2-core CPU), with the `runs`
+  section made to fail: every section is in the table, the failure is a row with its
+  error's first line, the others still ran, and the exit status is 1. Its caps are
+  scaled by 5 so that a busy machine (the suite beside the other lane) does not cut a
+  section short: what this asserts must not depend on the machine's speed."""
   result = subprocess.run([sys.executable, str(SCORECARD), "--quick", f"--out={tmp_path}",
-                           "--inject_failure=runs"], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=400)
+                           "--inject_failure=runs", "--cap_scale=5"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=1200)
   assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
   card = json.loads((tmp_path / "scorecard.json").read_text())
   by_name = {s["name"]: s for s in card["sections"]}
@@ -38,7 +40,7 @@ def test_quick_writes_every_section_and_a_failing_one_is_a_row_and_exit_1(tmp_pa
   assert "RuntimeError: injected failure in section runs" in by_name["runs"]["note"]
   for name in ("anakin", "sebulba", "seed", "learn"):
     assert by_name[name]["status"] == "ok" and by_name[name]["rows"], by_name[name]
-  assert by_name["muzero"]["status"] in ("ok", "capped") and by_name["muzero"]["rows"]
+  assert by_name["muzero"]["status"] == "ok" and by_name["muzero"]["rows"]
   assert card["header"]["backend"] == "cpu" and card["header"]["quick"]
   table = (tmp_path / "scorecard.md").read_text()
   assert "accelerator: none: the CPU is the device" in table
