@@ -35,7 +35,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jax
 import numpy as np
@@ -68,9 +68,8 @@ def for_run(config: Any, runtime: Any, workdir: Optional[str],
 
 def has_checkpoint(workdir: str) -> bool:
   path = os.path.join(workdir, CHECKPOINT_DIR)
-  committed = os.path.join(path, COMMITTED)  # A run over several processes' checkpoints.
-  return os.path.isdir(path) and (any(name.isdigit() for name in os.listdir(path)) or (
-      os.path.isdir(committed) and any(n.isdigit() for n in os.listdir(committed))))
+  # One process's orbax checkpoints, or the commit markers of a run over several.
+  return bool(_numbered(path) or _numbered(os.path.join(path, COMMITTED)))
 
 
 def _closed_loop_error(exc_type, value) -> bool:
@@ -300,8 +299,9 @@ class MultiProcessCheckpointer(Checkpointer):
   host arrays (state.npz) and the meta (meta.json), written under a temporary name,
   synced and renamed, so a part is whole or absent. What every process holds alike (the
   replicated parameters and optimizer state: arrays whose rows are one row repeated,
-  the same on every process) is written once, one row, by process 0 (replicated.npz). (Not orbax: its numpy arrays are
-  written by process 0 only, and these parts are each one process's own.) Once every
+  the same on every process) is written once, one row, by process 0 (replicated.npz).
+  (Not orbax: its numpy arrays are written by process 0 only, and these parts are each
+  one process's own.) Once every
   process has finished its part, process 0 marks the checkpoint committed
   (WORKDIR/checkpoints/committed/<step>, also written whole by a rename): a checkpoint
   not every process finished never counts. Saves happen at the same step on every
@@ -327,7 +327,7 @@ class MultiProcessCheckpointer(Checkpointer):
 
   def _check_kind(self) -> None:
     """A ConfigError if the workdir holds the checkpoints of a run of one process."""
-    if os.path.isdir(self.directory) and any(n.isdigit() for n in os.listdir(self.directory)):
+    if _numbered(self.directory):
       raise ConfigError(
           f"The checkpoints in {self.directory} were written by a run of one process; this "
           f"run has {distributed.process_count()}. A run resumes only on as many processes "
@@ -360,18 +360,13 @@ class MultiProcessCheckpointer(Checkpointer):
     os.makedirs(partial)
     own = {k: v for k, v in arrays.items() if k not in replicated}
     once = {k: arrays[k][0] for k in replicated} if distributed.is_main() else {}
-    for name, kept in (("state.npz", own), ("replicated.npz", once)):
-      if kept or name == "state.npz":
-        with open(os.path.join(partial, name), "wb") as f:
-          np.savez(f, **kept)
-          f.flush()
-          os.fsync(f.fileno())
+    _write_synced(os.path.join(partial, "state.npz"), lambda f: np.savez(f, **own))
+    if once:
+      _write_synced(os.path.join(partial, "replicated.npz"), lambda f: np.savez(f, **once))
     meta = dict(counters, step=step, records=num_records, **self.layout(),
                 replicated={k: list(arrays[k].shape) for k in replicated})
-    with open(os.path.join(partial, "meta.json"), "w", encoding="utf-8") as f:
-      json.dump(meta, f)
-      f.flush()
-      os.fsync(f.fileno())
+    _write_synced(os.path.join(partial, "meta.json"),
+                  lambda f: f.write(json.dumps(meta).encode()))
     os.replace(partial, self._part(step))
     self._last_save = time.monotonic()
 
@@ -397,9 +392,7 @@ class MultiProcessCheckpointer(Checkpointer):
 
   def _prune(self) -> None:
     """Lets go of this process's parts beyond the newest `keep`."""
-    own = self._own_directory()
-    steps = sorted((int(n) for n in os.listdir(own) if n.isdigit()), reverse=True)
-    for old in steps[self.keep:]:
+    for old in _numbered(self._own_directory())[self.keep:]:
       self._delete(old)
 
   def close(self) -> None:
@@ -411,10 +404,7 @@ class MultiProcessCheckpointer(Checkpointer):
     return distributed.exchange(f"checkpoint/{self._exchanges}/{what}", value)
 
   def _steps(self):
-    committed = os.path.join(self.directory, COMMITTED)
-    if not os.path.isdir(committed):
-      return []
-    return sorted((int(n) for n in os.listdir(committed) if n.isdigit()), reverse=True)
+    return _numbered(os.path.join(self.directory, COMMITTED))
 
   def decide(self) -> Tuple[bool, bool]:
     """Every process says whether a SIGTERM asked it to stop and process 0 whether a
@@ -473,8 +463,7 @@ class MultiProcessCheckpointer(Checkpointer):
 def _newest_marker(directory: str) -> Optional[Dict[str, Any]]:
   """The layout in the newest commit marker of a run over several processes, or None."""
   committed = os.path.join(directory, COMMITTED)
-  steps = sorted((int(n) for n in os.listdir(committed) if n.isdigit()), reverse=True) \
-      if os.path.isdir(committed) else []
+  steps = _numbered(committed)
   if not steps:
     return None
   try:
@@ -482,6 +471,20 @@ def _newest_marker(directory: str) -> Optional[Dict[str, Any]]:
       return json.load(f)
   except (OSError, ValueError):
     return {}
+
+
+def _numbered(directory: str) -> List[int]:
+  """The steps named in `directory` (checkpoints, parts or markers), newest first."""
+  names = os.listdir(directory) if os.path.isdir(directory) else []
+  return sorted((int(n) for n in names if n.isdigit()), reverse=True)
+
+
+def _write_synced(path: str, write: Callable[[Any], Any]) -> None:
+  """`write(f)` into a new binary file at `path`, flushed and synced to the disk."""
+  with open(path, "wb") as f:
+    write(f)
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def _rows_equal(x: np.ndarray) -> bool:
