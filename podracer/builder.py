@@ -64,13 +64,18 @@ class Experiment:
     # Kept so that a launcher can still report a run that a signal stopped.
     taking_part = dict(num_processes=distributed.process_count(),
                        num_devices=distributed.devices_taking_part(self.runtime.topology))
-    self.logger = logger = MetricsLogger(
-        workdir, stream=stream, print_interval=print_interval,
-        total_env_steps=self.plan.total_env_steps,
-        stop_at_return=self.config.get("stop_at_return"), resume_records=resumed,
-        context=taking_part, rates_per_env_step=getattr(self.agent, "rates_per_env_step", None),
-        runs=self.runs, loggers=_loggers(self.config, workdir, self.runs),
-        **_log_options(self.config))
+    try:
+      self.logger = logger = MetricsLogger(
+          workdir, stream=stream, print_interval=print_interval,
+          total_env_steps=self.plan.total_env_steps,
+          stop_at_return=self.config.get("stop_at_return"), resume_records=resumed,
+          context=taking_part, rates_per_env_step=getattr(self.agent, "rates_per_env_step", None),
+          runs=self.runs, loggers=_loggers(self.config, workdir, self.runs),
+          **_log_options(self.config))
+    except BaseException:  # A logger that cannot start (a missing package): nothing ran.
+      if checkpointer:
+        checkpointer.close()
+      raise
     rounded = self._rounded_budget()
     if rounded and stream:
       stream.write(rounded + "\n")

@@ -66,6 +66,16 @@ def for_run(config: Any, runtime: Any, workdir: Optional[str],
     return None
 
 
+def _remove_temporaries(directory: str) -> int:
+  """Removes orbax's temporary directories (checkpoints being written) in `directory`;
+  returns how many there were."""
+  partial = [n for n in (os.listdir(directory) if os.path.isdir(directory) else [])
+             if TMP_MARK in n]
+  for name in partial:
+    shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+  return len(partial)
+
+
 def has_checkpoint(workdir: str) -> bool:
   path = os.path.join(workdir, CHECKPOINT_DIR)
   # One process's orbax checkpoints, or the commit markers of a run over several.
@@ -199,8 +209,12 @@ class Checkpointer:
           "with --fresh to start over.")
 
   def _new_manager(self, keep: int) -> Any:
+    # What an earlier run's failed save left goes first, here and synchronously: orbax's
+    # own `cleanup_tmp_directories` does it in a thread that a run ending at once (a
+    # config error) leaves to crash at the interpreter's shutdown.
+    _remove_temporaries(self.directory)
     return self._ocp.CheckpointManager(self.directory, options=self._ocp.CheckpointManagerOptions(
-        max_to_keep=keep, enable_async_checkpointing=False, cleanup_tmp_directories=True))
+        max_to_keep=keep, enable_async_checkpointing=False))
 
   def _steps(self):
     """The steps of the checkpoints there are, newest first."""
@@ -245,11 +259,7 @@ class Checkpointer:
     frees space, so this repeats until none has appeared for half a second (at most 3 s)."""
     quiet_since = start = time.monotonic()
     while time.monotonic() - quiet_since < 0.5 and time.monotonic() - start < 3.0:
-      partial = [n for n in (os.listdir(self.directory) if os.path.isdir(self.directory)
-                             else []) if TMP_MARK in n]
-      for name in partial:
-        shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
-      if partial:
+      if _remove_temporaries(self.directory):
         quiet_since = time.monotonic()
       time.sleep(0.05)
 
