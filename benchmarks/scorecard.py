@@ -63,6 +63,9 @@ NEEDS = dict(sebulba=("envpool",), seed=("envpool",), muzero=("mctx",), learn=()
 
 def main(argv: Optional[List[str]] = None) -> int:
   args = _parse(argv)
+  # Ctrl-C stops the running section also where the script started with SIGINT ignored
+  # (a background job of a script, as CI runners and the test lanes start jobs).
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   os.makedirs(args.out, exist_ok=True)
   card = dict(header=_header(args), sections=[])
   _print_header(card["header"])
