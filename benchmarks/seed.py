@@ -1,7 +1,7 @@
 """SEED against Sebulba on one machine, and SEED's two transports.
 
   python benchmarks/seed.py [--config=agents/ppo/config.py:cartpole_seed] \\
-      [--workers=1,2,4] [--seconds=10]
+      [--workers=1,2] [--seconds=10]
 
 Prints, in one run:
   1. raw round trips/s of each transport (Unix socket, gRPC) for the config's step
@@ -31,7 +31,7 @@ from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "agents/ppo/config.py:cartpole_seed", "A SEED config.")
-_WORKERS = flags.DEFINE_list("workers", ["1", "2", "4"], "Worker counts to run.")
+_WORKERS = flags.DEFINE_list("workers", ["1", "2"], "Worker counts to run.")
 _SECONDS = flags.DEFINE_float("seconds", 10.0, "Seconds per measurement.")
 
 
