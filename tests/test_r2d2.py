@@ -278,9 +278,11 @@ def _check_diagnostics(records, config, replay):
   # the replay of 20,000 sequences runs end at 73-99: close to it, never past it).
   assert all(r["q_max"] >= r["q_mean"] for r in learned)
   assert all(0 < r["replay_size"] <= config.replay.max_size for r in records[1:])
-  # The replays' rate limits hold the learner to the configured samples per insert.
+  # The replays' rate limits hold the learner to the configured samples per insert. The
+  # rates are per record interval: the last one, written as the run stops, may have none.
   for key in ("replay_inserts_per_s", "replay_samples_per_s"):
-    assert records[-1][key] > 0
+    rates = [r[key] for r in learned if key in r]
+    assert rates and min(rates) >= 0 and np.median(rates) > 0, (key, rates)
   ratios = [r["sample_to_insert_ratio"] for r in learned[2:]]
   assert abs(np.median(ratios) - config.replay.samples_per_insert) < 1.0, ratios
 
