@@ -32,6 +32,7 @@ import inspect
 import json
 import os
 import sys
+import time
 import traceback
 from typing import Any, Iterator, List, Optional
 
@@ -178,11 +179,17 @@ def _exit_now(code: int, error: Optional[BaseException]) -> None:
   os._exit(code)  # pylint: disable=protected-access
 
 
-def _leave_together(wait_s: float = 5.0) -> None:
+LEAVE_GRACE_S = 1.0  # how long process 0 outlives the others at a shared exit
+
+
+def _leave_together(wait_s: float = 30.0) -> None:
   """A config error every process found (ranks that disagree, a workdir not shared) or a
   stop every process agreed on: process 0, which holds the coordination service, leaves
   after the others have said they leave (at most `wait_s`), so that none is aborted by
-  the service's end before it has said its own paragraph and exited with its code."""
+  the service's end before it has said its own paragraph and exited with its code. The
+  wait ends as soon as every process has said so; its bound is for a busy machine (5 s
+  was too short beside the test lanes: a rank reached its `key_value_set` after process
+  0 had gone, and the service's loss aborted it)."""
   client = _kv()
   if client is None:
     return
@@ -192,6 +199,9 @@ def _leave_together(wait_s: float = 5.0) -> None:
       return
     for p in range(1, process_count()):
       client.blocking_key_value_get(f"podracer/leaving/{p}", int(wait_s * 1000))
+    # A process that said it leaves still has to: the service's end before its exit would
+    # abort it (its client's RPCs fail), so the holder of the service leaves last, later.
+    time.sleep(LEAVE_GRACE_S)
   except Exception:  # pylint: disable=broad-except -- a process that failed otherwise
     pass
 
