@@ -3,7 +3,7 @@
   python benchmarks/minatar.py [--agent=ppo] [--game=SpaceInvaders-MinAtar] [--target=150]
                                [--config_name=minatar_anakin] [--num_runs=1] [--seed=0]
                                [--total_env_steps=10000000] [--num_envs=N]
-                               [--eval_interval=500000] [--eval_episodes=32]
+                               [--eval_interval=0] [--eval_episodes=32]
 
 Trains `agents/AGENT/config.py:CONFIG_NAME` for each agent of `--agent` (ppo, pqn, dqn; a
 comma-separated list) on each game of `--game` (a list too), in that order, one program
