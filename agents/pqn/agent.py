@@ -1,14 +1,15 @@
 """PQN (Gallici et al., "Simplifying Deep Temporal Difference Learning", ICLR 2025):
 Q-learning over many environments with no replay and no target network.
 
-Each rollout's Q(lambda) targets are computed once from the network before the update
-(the `q_lambda` loss), then `num_epochs` x `num_minibatches` gradient steps regress the
-taken actions' values on them, as PPO's epochs do; LayerNorm in the network
-(`network.layer_norm`) stands in for the target network. Acting is epsilon-greedy with
-epsilon annealed linearly from `eps_start` to `eps_finish` over the first `eps_decay` of
-the run's updates (purejaxql's EPS_DECAY); `eval_act` is greedy. The update count the
-schedule reads travels with the parameters (`nets["updates"]`), so Sebulba's and SEED's
-actors see the learner's.
+Each rollout's Q(lambda) targets are computed once, before the update (the `q_lambda`
+loss), from the Q-values the actors computed while acting (`acting_q_targets`, as
+purejaxql; else from the learner's network, one more forward pass over the rollout).
+Then `num_epochs` x `num_minibatches` gradient steps regress the taken actions' values
+on them, as PPO's epochs do; LayerNorm in the network (`network.layer_norm`) stands in
+for the target network. Acting is epsilon-greedy with epsilon annealed linearly from
+`eps_start` to `eps_finish` over the first `eps_decay` of the run's updates (purejaxql's
+EPS_DECAY); `eval_act` is greedy. The update count the schedule reads travels with the
+parameters (`nets["updates"]`), so Sebulba's and SEED's actors see the learner's.
 
 Written once for one replica; runs under Anakin, Sebulba and SEED unchanged.
 """
@@ -45,7 +46,8 @@ class PQN(Agent):
                eps_decay: Annotated[float, Fraction] = 0.1,
                num_epochs: int = 2, num_minibatches: int = 32,
                reward_scale: Annotated[float, Positive] = 1.0,
-               eval_epsilon: Annotated[float, NonNegative] = 0.0):
+               eval_epsilon: Annotated[float, NonNegative] = 0.0,
+               acting_q_targets: bool = True):
     if eps_start < eps_finish:
       raise ValueError(f"`agent.eps_start` ({eps_start}) must be at least `agent.eps_finish` "
                        f"({eps_finish}): epsilon anneals down from one to the other.")
@@ -55,6 +57,7 @@ class PQN(Agent):
     self.eps_start, self.eps_finish, self.eval_epsilon = eps_start, eps_finish, eval_epsilon
     self.decay_updates = max(1.0, eps_decay * total_updates)
     self.num_epochs, self.num_minibatches = num_epochs, num_minibatches
+    self.acting_q_targets = acting_q_targets
 
   @classmethod
   def gradient_steps_per_update(cls, num_epochs: int, num_minibatches: int,
@@ -79,7 +82,8 @@ class PQN(Agent):
   def act(self, nets, actor_state, timestep: TimeStep, key):
     q = self.network.apply(nets["q"], timestep.observation)
     action = epsilon_greedy_actions(q, self.epsilon(nets["updates"]), key)
-    return ActorOutput(action, {}), actor_state
+    extras = dict(q_values=q) if self.acting_q_targets else {}
+    return ActorOutput(action, extras), actor_state
 
   def eval_act(self, nets, actor_state, timestep: TimeStep, key):
     """Greedy (`eval_epsilon` 0, the default), else epsilon-greedy at that rate."""
@@ -94,9 +98,7 @@ class PQN(Agent):
     timestep = experience.timestep._replace(
         reward=experience.timestep.reward * self.reward_scale)
     steps, batch = timestep.step_type.shape
-    flat = lambda x: x.reshape(steps * batch, *x.shape[2:])
-    q = self.network.apply(nets["q"], jax.tree.map(flat, timestep.observation))
-    target, mask = self.q_lambda.targets(q.reshape(steps, batch, -1), timestep,
+    target, mask = self.q_lambda.targets(self._rollout_q(nets, experience), timestep,
                                          self.discount, self.lam)
     learned = lambda x: x[:-1].reshape((steps - 1) * batch, *x.shape[2:])
     transitions = (jax.tree.map(learned, timestep.observation), learned(experience.action),
@@ -106,6 +108,18 @@ class PQN(Agent):
         num_minibatches=self.num_minibatches)
     metrics = dict(metrics, epsilon=self.epsilon(nets["updates"]))
     return dict(nets, updates=nets["updates"] + 1), opt, experience, metrics
+
+  def _rollout_q(self, nets, experience: Trajectory) -> jax.Array:
+    """Q-values [T+1, B, A] of the rollout's steps for its targets: those acted with, or
+    the learner's. Under Anakin the two are the same network (the targets read steps 1 to
+    T, acted after the last update); under Sebulba and SEED the actors' parameters lag
+    the learner's by at most `max_policy_lag` updates, a target network that young."""
+    if self.acting_q_targets:
+      return experience.extras["q_values"]
+    observation = experience.timestep.observation
+    steps, batch = experience.action.shape[:2]
+    flat = jax.tree.map(lambda x: x.reshape(steps * batch, *x.shape[2:]), observation)
+    return self.network.apply(nets["q"], flat).reshape(steps, batch, -1)
 
   def _loss(self, nets, minibatch, key):
     del key

@@ -19,7 +19,7 @@ def _base(total_env_steps: int, lam: float, eps_finish: float, eps_decay: float,
   c.agent = configs.section("pqn", discount=0.99, lam=lam, eps_start=1.0,
                             eps_finish=eps_finish, eps_decay=eps_decay,
                             num_epochs=num_epochs, num_minibatches=num_minibatches,
-                            reward_scale=1.0, eval_epsilon=0.0)
+                            reward_scale=1.0, eval_epsilon=0.0, acting_q_targets=True)
   c.loss = configs.section("q_lambda", huber_delta=0.0)
   c.network = configs.section("q_network", torso="mlp", hidden_sizes=(256, 256),
                               activation="relu", dueling=False, head_hidden_sizes=(),
