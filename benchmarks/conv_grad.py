@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,19 +21,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks.timing import median_seconds  # noqa: E402
 from podracer.components.networks import conv, torsos  # noqa: E402
 
 TORSOS = {"impala": torsos.ImpalaResNet, "nature": torsos.NatureCNN}
-
-
-def seconds(fn, *args, repeats: int) -> float:
-  jax.block_until_ready(fn(*args))  # Compile and warm up.
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def sgd_steps(torso: str, conv_module, frames):
@@ -66,8 +55,8 @@ def main():
     for torso in args.torsos.split(","):
       for name, module in (("hk.Conv2D", hk.Conv2D), ("podracer", conv.Conv2D)):
         params, alone, in_scan = sgd_steps(torso, module, frames)
-        a = seconds(alone, params, frames, repeats=args.repeats)
-        s = seconds(in_scan, params, frames, repeats=args.repeats)
+        a = median_seconds(alone, params, frames, repeats=args.repeats)
+        s = median_seconds(in_scan, params, frames, repeats=args.repeats)
         print(f"{torso:>7} {name:>12} {a:>9.3f} {s:>12.3f} {s / a:>11.2f}", flush=True)
   finally:
     torsos.Conv2D = original

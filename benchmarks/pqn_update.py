@@ -1,4 +1,4 @@
-"""Where one PQN `minatar_anakin` update's time goes on this machine, beside DQN's pace.
+"""Where one PQN `minatar_anakin` update's time goes on this machine.
 
   python benchmarks/pqn_update.py [--game=Breakout-MinAtar] [--repeats=10]
 
@@ -15,9 +15,7 @@ env steps/s of `benchmarks/minatar.py` (docs/agents.md, PQN's speed against DQN)
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 
 from absl import app, flags
 
@@ -27,6 +25,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from agents.pqn import config as pqn_config  # noqa: E402
+from benchmarks.timing import median_seconds  # noqa: E402
 from podracer import builder  # noqa: E402
 from podracer.learning import gradient_step  # noqa: E402
 from podracer.types import REPLICA_AXIS  # noqa: E402
@@ -36,13 +35,7 @@ _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per figure.")
 
 
 def _median_seconds(fn, *args) -> float:
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(_REPEATS.value):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  return median_seconds(fn, *args, repeats=_REPEATS.value)
 
 
 def _experiment(**network):

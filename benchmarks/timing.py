@@ -6,6 +6,19 @@ import statistics
 import time
 
 
+def median_seconds(fn, *args, repeats: int) -> float:
+  """Median wall seconds of `repeats` calls of `fn(*args)`, after one call that compiles
+  and warms up."""
+  import jax
+  jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
 def median_sps(fn, state, steps_per_call, repeats):
   import jax
   state = jax.block_until_ready(fn(state))  # Compile and warm up.
