@@ -114,6 +114,8 @@ def _run_in(config, workdir, stream, fresh, main):
     where = {} if checkpoints_in == workdir else dict(checkpoints_in=checkpoints_in)
     summary = experiment.run(workdir=workdir, stream=stream, **where)
   except KeyboardInterrupt as interrupt:
+    if getattr(experiment, "logger", None) is None:  # Stopped before the first step
+      raise  # (a rank told to stop while it still imported): nothing ran, nothing to say.
     # The runtime stopped its threads and environments, and the logger wrote the plot.
     summary = dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt))
     saved = getattr(experiment.checkpointer, "saved_env_steps", None)

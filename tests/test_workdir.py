@@ -8,7 +8,7 @@ import math
 import pytest
 
 from agents.ppo import config as ppo_config
-from podracer import builder, launch as launcher, workdir
+from podracer import builder, launch as launcher, preemption, workdir
 from podracer.errors import ConfigError, ThreadFailure
 from podracer.metrics import MetricsLogger
 from tests.test_launch import launch
@@ -92,6 +92,19 @@ def test_a_run_that_fails_before_its_first_record_says_so(tmp_path, monkeypatch,
   assert "recorded no metrics before it failed" in capsys.readouterr().err
   assert (tmp_path / "metrics.jsonl").read_text() == ""
   assert not (tmp_path / "learning_curve.png").exists()  # No blank plot.
+
+
+def test_a_stop_before_the_first_step_is_a_stop_not_a_crash(tmp_path, monkeypatch):
+  """A rank that a launcher stops while it still starts (one of its peers found a config
+  error first) has no logger yet: the stop propagates as the stop it is, exit 143."""
+  class StoppedWhileStarting:
+    def run(self, workdir, stream):
+      raise preemption.Terminated()  # Before any logger, as a SIGTERM in an import.
+
+  monkeypatch.setattr(builder, "build", lambda config: StoppedWhileStarting())
+  with pytest.raises(preemption.Terminated):
+    launcher.run(ppo_config.cartpole_anakin(), str(tmp_path), stream=io.StringIO())
+  assert not (tmp_path / "learning_curve.png").exists()
 
 
 def test_a_held_workdir_refuses_a_second_holder_and_is_free_again_after(tmp_path):
