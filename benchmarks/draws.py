@@ -26,6 +26,8 @@ from typing import Dict, List, NamedTuple, Sequence
 from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from podracer.metrics import tail_mean  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 class Case(NamedTuple):
@@ -81,9 +83,9 @@ def run_once(case: Case, seed: int) -> dict:
 def figures(records: List[dict], target: float) -> dict:
   points = [(r["env_steps"], r["episode_return"]) for r in records
             if r.get("episode_return") is not None]
-  tail = [value for _, value in points[int(len(points) * 0.8):]]
   reached = next((steps for steps, value in points if value >= target), None)
-  return dict(reached=reached, best=max(v for _, v in points), held=sum(tail) / len(tail),
+  return dict(reached=reached, best=max(v for _, v in points),
+              held=tail_mean([value for _, value in points]),
               end=records[-1]["env_steps"])
 
 

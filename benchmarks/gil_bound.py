@@ -25,6 +25,8 @@ import time
 from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from podracer.metrics import tail_mean  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _COSTS = flags.DEFINE_list("cost_us", ["100"], "Microseconds of Python work per env step.")
 _STEPS = flags.DEFINE_integer("total_env_steps", 200_000, "Budget of each run.")
@@ -46,8 +48,7 @@ def run(name: str, cost_us: float, total_env_steps: int) -> dict:
       records = [json.loads(line) for line in f]
   rates = [r["sps"] for r in records[2:] if "sps" in r] or [records[-1]["sps"]]
   returns = [r["episode_return"] for r in records if r.get("episode_return") is not None]
-  tail = returns[int(len(returns) * 0.8):]
-  return dict(sps=statistics.median(rates), wall=wall, held=sum(tail) / len(tail))
+  return dict(sps=statistics.median(rates), wall=wall, held=tail_mean(returns))
 
 
 def main(argv):

@@ -49,9 +49,8 @@ _EVAL_EPISODES = flags.DEFINE_integer("eval_episodes", 32, "Episodes per evaluat
 
 def _tail_mean(records: list, key: str) -> Optional[float]:
   """Mean of `key` over the last 20 % of the records that have it (at least one)."""
-  values = [r[key] for r in records if key in r]
-  tail = values[min(int(0.8 * len(values)), len(values) - 1):]
-  return sum(tail) / len(tail) if tail else None
+  from podracer.metrics import tail_mean  # pylint: disable=import-outside-toplevel
+  return tail_mean([r[key] for r in records if key in r])
 
 
 def train(agent: str, game: str) -> list:

@@ -54,7 +54,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.errors": ("ConfigError", "MissingPackage", "RecompilationError",
                         "ThreadFailure", "NonFiniteError", "EnvironmentWorkerError",
                         "ReplayTimeout", "ReplayUnavailableError", "DiskError"),
-    "podracer.metrics": ("METRICS_FILE", "windowed_returns", "episode_sums",
+    "podracer.metrics": ("METRICS_FILE", "windowed_returns", "tail_mean", "episode_sums",
                          "DEFAULT_LOGGERS"),
     "podracer.logs": ("Logger", "JsonlLogger", "TensorBoardLogger", "CsvLogger",
                       "read_csv", "default_loggers"),

@@ -7,7 +7,7 @@ CHANGELOG's "Deprecated" line says when it goes. Two kinds:
     class Plan(NamedTuple):
       updates_per_round: int
       updates_per_call = renamed_attribute("updates_per_call", "updates_per_round", "0.4.0",
-                                           removed_in="0.7.0")
+                                           removed_in="0.7.0")  # (0.6.0 had this one)
 
     __getattr__ = renamed_module_names(__name__, {"old_name": ("new_name", "0.6.0")})
 """

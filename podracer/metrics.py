@@ -292,6 +292,16 @@ def windowed_returns(records: List[Dict[str, Any]], window: int) -> List[Tuple[i
   return points
 
 
+def tail_mean(values: Sequence[float], fraction: float = 0.2) -> Optional[float]:
+  """The mean of the last `fraction` of `values` (at least the last one; None if there are
+  none): what a run "held", as the learning tests, docs and benchmarks say it."""
+  if not 0.0 < fraction <= 1.0:
+    raise ValueError(f"fraction {fraction} is not in (0, 1]")
+  values = list(values)
+  tail = values[min(int(len(values) * (1.0 - fraction)), len(values) - 1):]
+  return sum(tail) / len(tail) if tail else None
+
+
 def warming_up(record: Dict[str, Any], replay: Any) -> Dict[str, Any]:
   """Fields of a record of updates that learned nothing while a device replay held fewer
   than `replay.min_size` items: `learning_started: false` and the min size, as a host

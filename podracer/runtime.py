@@ -16,7 +16,6 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, ClassVar, Dict, NamedTuple, Protocol
 
-from podracer.deprecation import renamed_attribute
 from podracer.errors import ConfigError
 from podracer.types import EnvSpec
 
@@ -25,15 +24,11 @@ class Plan(NamedTuple):
   """How a run divides its env steps into rounds, from the config, the topology and the
   number of processes. A round is the unit a runtime repeats, with the same env steps
   and agent updates each time: one compiled call under Anakin (every environment acts,
-  then `updates_per_call` updates); one learner batch under Sebulba and SEED (the
+  then `updates_per_round` updates); one learner batch under Sebulba and SEED (the
   trajectories of one batch, then `updates_per_batch` updates)."""
   env_steps_per_round: int
   num_rounds: int
   updates_per_round: int
-
-  # Renamed in 0.4.0, without a shim until 0.6.0; goes in 0.7.0 (CHANGELOG.md).
-  updates_per_call = renamed_attribute("updates_per_call", "updates_per_round", "0.4.0",
-                                       removed_in="0.7.0")
 
   @property
   def num_updates(self) -> int:

@@ -16,6 +16,8 @@ from typing import Dict, List, Sequence
 
 from scipy.stats import trim_mean
 
+from podracer.metrics import tail_mean
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -48,8 +50,7 @@ def last_fifth_means(records: Sequence[dict], key: str = "episode_return") -> Li
   """Each run's mean of its records over the last 20 % of them."""
   means = []
   for _, points in sorted(returns_by_run(records, key).items()):
-    tail = [value for _, value in points[int(len(points) * 0.8):]]
-    means.append(sum(tail) / len(tail))
+    means.append(tail_mean([value for _, value in points]))
   return means
 
 

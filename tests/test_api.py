@@ -4,6 +4,7 @@ a change fails here until the record and CHANGELOG.md are updated together."""
 import pathlib
 import re
 import warnings
+from typing import NamedTuple
 
 import pytest
 
@@ -56,18 +57,30 @@ def test_a_changed_surface_is_not_recorded_without_its_changelog_line():
   assert api.differences(old, new) == ["added    names: podracer.new_name = function()"]
 
 
-def test_plan_updates_per_call_warns_once_with_the_new_name_and_gives_its_value():
-  plan = plan_rounds(env_steps_per_round=512, updates_per_round=8, total_env_steps=2048)
-  deprecation._warned.discard("Plan.updates_per_call")
+class _Probe(NamedTuple):
+  rounds: int
+  turns = deprecation.renamed_attribute("turns", "rounds", "0.6.0", removed_in="0.8.0")
+
+
+def test_a_renamed_attribute_warns_once_with_the_new_name_and_gives_its_value():
+  probe = _Probe(rounds=8)
+  deprecation._warned.discard("_Probe.turns")
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    assert plan.updates_per_call == 8 == plan.updates_per_round
-    assert plan.updates_per_call == 8  # A second read: no second warning.
+    assert probe.turns == 8 == probe.rounds
+    assert probe.turns == 8  # A second read: no second warning.
   assert len(caught) == 1 and caught[0].category is DeprecationWarning
   message = str(caught[0].message)
-  assert "`Plan.updates_per_round`" in message and "0.7.0" in message
+  assert "`_Probe.rounds`" in message and "0.8.0" in message
   assert caught[0].filename == __file__  # It points at the caller's line.
-  assert isinstance(plan, Plan) and "updates_per_call" not in Plan._fields
+  assert "turns" not in _Probe._fields
+
+
+def test_plan_updates_per_call_is_gone_in_0_7_0_as_its_shim_said():
+  plan = plan_rounds(env_steps_per_round=512, updates_per_round=8, total_env_steps=2048)
+  assert isinstance(plan, Plan) and plan.updates_per_round == 8
+  with pytest.raises(AttributeError, match="updates_per_call"):
+    plan.updates_per_call  # pylint: disable=pointless-statement
 
 
 def test_renamed_module_names_serve_the_new_name_warning_once():

@@ -10,7 +10,7 @@ import pytest
 from agents.ppo import config as ppo_config
 from podracer import builder, launch as launcher, preemption, workdir
 from podracer.errors import ConfigError, ThreadFailure
-from podracer.metrics import MetricsLogger
+from podracer.metrics import MetricsLogger, tail_mean
 from tests.test_launch import launch
 
 OLD_RECORDS = "".join(json.dumps(dict(env_steps=i, episode_return=1.0)) + "\n"
@@ -140,3 +140,12 @@ def test_a_second_launch_into_a_running_workdir_exits_2_naming_the_first(tmp_pat
     first.communicate()
   with workdir.held(str(run)):  # The OS released the killed run's lock.
     pass
+
+
+def test_tail_mean_is_the_mean_of_the_last_fifth_and_at_least_of_the_last_value():
+  assert tail_mean([0.0] * 8 + [3.0, 5.0]) == 4.0  # The last 2 of 10.
+  assert tail_mean([1.0, 2.0, 3.0, 4.0, 10.0]) == 10.0  # The last 1 of 5.
+  assert tail_mean([7.0]) == 7.0 and tail_mean([]) is None
+  assert tail_mean(range(10), fraction=0.5) == 7.0  # 5, 6, 7, 8, 9.
+  with pytest.raises(ValueError, match="fraction 0"):
+    tail_mean([1.0], fraction=0.0)
