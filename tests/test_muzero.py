@@ -357,8 +357,9 @@ def test_muzero_pixel_catch_anakin_learns_from_frames_with_the_atari_model(tmp_p
   """The Atari model (IMPALA ResNet representation, residual dynamics on its map) and
   optimizer (Adam 5e-4) on [4, 20, 10] uint8 frame stacks: 0.5 within 150K env steps,
   as PPO's and IMPALA's pixel tests ask (the run ends once it is reached). Seed 0, one
-  host device: 0.52 at 78K (2026-11-27). About 140 s: the Atari ResNet and a search of
-  its model at every step, on the CPU, until it learns; smaller shapes learned later
+  host device: 0.59 at 80K (2026-11-27). About 95 s: the Atari ResNet and a search of
+  its model at every step, on the CPU, until it learns (175 s before `conv2d` computed
+  the convolutions on the 3x2 map as a matrix product); smaller shapes learned later
   (docs/muzero.md)."""
   config = muzero_config.pixel_catch_anakin()
   assert config.seed == 0 and config.total_env_steps == 150_000

@@ -42,6 +42,31 @@ def test_conv2d_values_and_gradients_equal_jax_convolution(size, kernel, stride,
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("height,width,padding", [
+    (3, 2, "SAME"), (2, 2, "SAME"), (1, 5, ((1, 1), (0, 2))), (2, 7, ((1, 0), (1, 1)))])
+def test_a_kernel_overhanging_the_map_is_a_matmul_on_cpu_with_jaxs_values_and_gradients(
+    height, width, padding):
+  """On a map a side of the kernel overhangs (MuZero's dynamics on pixel Catch's 3x2
+  map), the CPU computes the convolution as one matrix product of shifted views, forward
+  and backward (no convolution compiled), with the convolution's values and gradients."""
+  rng = np.random.default_rng(2)
+  x = jnp.asarray(rng.standard_normal((4, height, width, 35), np.float32))
+  w = jnp.asarray(rng.standard_normal((3, 3, 35, 32), np.float32))
+  reference = lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), padding,
+                                                        dimension_numbers=DIMS)
+  ours = lambda x, w: conv.conv2d(x, w, 1, padding)
+  np.testing.assert_allclose(jax.jit(ours)(x, w), jax.jit(reference)(x, w),
+                             rtol=1e-4, atol=1e-4)
+  loss = lambda f: lambda x, w: jnp.sum(jnp.sin(f(x, w)))
+  grads = jax.jit(jax.grad(loss(ours), (0, 1)))
+  for got, want in zip(grads(x, w), jax.jit(jax.grad(loss(reference), (0, 1)))(x, w)):
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+  assert "convolution" not in grads.lower(x, w).compile().as_text()
+  # A map the kernel fits keeps XLA's convolution.
+  wide = jnp.zeros((4, 5, 5, 35), jnp.float32)
+  assert "convolution" in jax.jit(ours).lower(wide, w).compile().as_text()
+
+
 def test_conv2d_module_has_hk_conv2d_parameters_and_outputs():
   x = jnp.asarray(np.random.default_rng(1).standard_normal((2, 9, 9, 4), np.float32))
   for w_init in (None, hk.initializers.Orthogonal(np.sqrt(2))):
