@@ -541,6 +541,29 @@ def test_workers_started_by_hand_join_a_run_and_exit_0_when_it_ends(tmp_path):
 
 
 @pytest.mark.slow
+def test_local_workers_slower_to_start_than_worker_timeout_are_waited_for(tmp_path,
+                                                                          monkeypatch):
+  """A local worker's start (imports, connecting: seconds on a busy machine) is not a
+  silence: here each worker process sleeps 4 s before it starts, with
+  `worker_timeout=1`, and the run still goes to its end. Its bound is the worker's own
+  connect timeout (60 s), after which it exits and is restarted or reported."""
+  hook = tmp_path / "hook"
+  hook.mkdir()
+  (hook / "sitecustomize.py").write_text(  # Only in the worker processes (their flag).
+      "import sys, time\n"
+      "if any(a.startswith('--connect_timeout') for a in sys.argv):\n"
+      "  time.sleep(4)\n")
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+      filter(None, [str(hook), os.environ.get("PYTHONPATH")])))
+  config = ppo_config.cartpole_seed()
+  config.total_env_steps = 20_000
+  config.runtime.worker_timeout = 1.0
+  records = run_in_process(config, str(tmp_path / "run"))
+  assert records[-1]["env_steps"] >= 20_000
+  assert worker_processes() == []
+
+
+@pytest.mark.slow
 def test_a_run_no_worker_joins_stops_with_the_command_that_starts_one(tmp_path):
   result = launch("--config=agents/ppo/config.py:cartpole_seed",
                   "--config.runtime.num_local_workers=0", "--config.runtime.num_workers=1",

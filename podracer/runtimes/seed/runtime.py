@@ -237,7 +237,7 @@ class Seed(HostRuntime):
     self._reported = len(server.failures)
     if self.local is not None:
       self._restart_local_workers()
-    if server.workers_alive:
+    if server.workers_alive or (self.local is not None and self.local.starting()):
       self._alive_at = now
     elif now - self._alive_at > self.options.worker_timeout:
       last = server.failures[-1] if server.failures else "no worker joined"

@@ -35,6 +35,9 @@ def tail(path: str, lines: int = 15) -> str:
     return ""
 
 
+CONNECT_TIMEOUT_S = 60.0  # A local worker that has not connected by then exits.
+
+
 class LocalWorkers:
   """`n` worker processes of this host; `exited()` reports (and forgets) dead ones."""
 
@@ -44,6 +47,7 @@ class LocalWorkers:
         prefix="podracer-workers-")
     os.makedirs(self.log_dir, exist_ok=True)
     self.processes: List[Optional[subprocess.Popen]] = [None] * n
+    self.started_at: List[float] = [0.0] * n
     self.restarts = 0
     for i in range(n):
       self.start(i)
@@ -58,9 +62,18 @@ class LocalWorkers:
     with open(self.log(i), "a") as log:
       self.processes[i] = subprocess.Popen(
           [sys.executable, "-m", "podracer.worker", f"--server={self.address}",
-           f"--transport={self.transport}", "--connect_timeout=60"],
+           f"--transport={self.transport}", f"--connect_timeout={CONNECT_TIMEOUT_S:g}"],
           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
           start_new_session=True)
+    self.started_at[i] = time.monotonic()
+
+  def starting(self) -> bool:
+    """Whether a worker is still running within its connect timeout of its start: it
+    may still be importing and connecting (seconds on a busy machine), which is not a
+    silence; one that never connects exits at that timeout."""
+    now = time.monotonic()
+    return any(p is not None and p.poll() is None and now - t < CONNECT_TIMEOUT_S
+               for p, t in zip(self.processes, self.started_at))
 
   def exited(self) -> List[Tuple[int, int]]:
     """(index, status) of each worker that has exited since the last call."""
