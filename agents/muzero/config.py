@@ -81,8 +81,9 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
   stacks [4, 20, 10]: the CPU's pixel learning test.
 
   8 gradient steps of 64 per 256 env steps (2 samples per env step): seed 0 passes 0.5
-  at 80K env steps and holds 0.95 over the last 20% of 150K (2026-11-27, 151 s). With 64 environments
-  x 8 steps and 4 gradient steps (0.5 samples per env step) it never passed -0.21."""
+  at 80K env steps and holds 0.95 over the last 20% of 150K (2026-11-27, 151 s). With
+  64 environments x 8 steps and 4 gradient steps (0.5 samples per env step) it never
+  passed -0.21."""
   c = _base(total_env_steps=150_000, support=1.0, num_bins=21)
   c.env = configs.pixel_catch()
   c.agent.update(dict(num_simulations=8, max_num_considered_actions=3, sgd_steps=8))

@@ -37,7 +37,7 @@ _DIMS = ("NHWC", "HWIO", "NHWC")
 Pads = Tuple[Tuple[int, int], Tuple[int, int]]
 
 
-def _lax_forward(x, w, stride, pads):
+def _forward(x, w, stride, pads):
   return jax.lax.conv_general_dilated(x, w, stride, pads, dimension_numbers=_DIMS)
 
 
@@ -57,13 +57,6 @@ def _shifted_matmul(x, w, pads):
   rows, cols = padded.shape[1] - kh + 1, padded.shape[2] - kw + 1
   views = [padded[:, i:i + rows, j:j + cols, :] for i in range(kh) for j in range(kw)]
   return jnp.concatenate(views, axis=-1) @ w.reshape(kh * kw * channels, out)
-
-
-def _forward(x, w, stride, pads):
-  if not _overhangs(x.shape, w.shape, stride, pads):
-    return _lax_forward(x, w, stride, pads)
-  return jax.lax.platform_dependent(x, w, cpu=partial(_shifted_matmul, pads=pads),
-                                    default=partial(_lax_forward, stride=stride, pads=pads))
 
 
 def _canonical_grads(x, w, dy, stride: Tuple[int, int], pads: Pads):
@@ -87,13 +80,7 @@ def _canonical_grads(x, w, dy, stride: Tuple[int, int], pads: Pads):
 
 
 def _jax_grads(x, w, dy, stride, pads):
-  return jax.vjp(lambda x, w: _lax_forward(x, w, stride, pads), x, w)[1](dy)
-
-
-def _cpu_grads(x, w, dy, stride, pads):
-  if _overhangs(x.shape, w.shape, stride, pads):
-    return jax.vjp(partial(_shifted_matmul, pads=pads), x, w)[1](dy)
-  return _canonical_grads(x, w, dy, stride, pads)
+  return jax.vjp(lambda x, w: _forward(x, w, stride, pads), x, w)[1](dy)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -108,7 +95,7 @@ def _conv_fwd(x, w, stride, pads):
 def _conv_bwd(stride, pads, residuals, dy):
   x, w = residuals
   return jax.lax.platform_dependent(
-      x, w, dy, cpu=partial(_cpu_grads, stride=stride, pads=pads),
+      x, w, dy, cpu=partial(_canonical_grads, stride=stride, pads=pads),
       default=partial(_jax_grads, stride=stride, pads=pads))
 
 
@@ -123,6 +110,9 @@ def conv2d(x: jax.Array, w: jax.Array, stride: Union[int, Sequence[int]] = 1,
   if isinstance(padding, str):
     padding = jax.lax.padtype_to_pads(x.shape[1:3], w.shape[:2], stride, padding)
   pads = tuple((int(lo), int(hi)) for lo, hi in padding)
+  if _overhangs(x.shape, w.shape, stride, pads):  # JAX differentiates the matmul.
+    return jax.lax.platform_dependent(x, w, cpu=partial(_shifted_matmul, pads=pads),
+                                      default=lambda x, w: _conv(x, w, stride, pads))
   return _conv(x, w, stride, pads)
 
 
