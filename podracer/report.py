@@ -1,5 +1,6 @@
 """Reports across runs, as papers show them (Agarwal et al., "Deep RL at the Edge of the
-Statistical Precipice", NeurIPS 2021; computed with their `rliable`):
+Statistical Precipice", NeurIPS 2021: their `rliable`'s estimates and stratified bootstrap,
+vectorized over the bootstrap's replications; rliable draws the performance profiles):
 
   python -m podracer.report RUN_DIR... [--group-by=KEY] [--metric=episode_return]
       [--out=DIR] [--normalize=LOW:HIGH | FILE.json] [--final=0.1]
@@ -241,24 +242,43 @@ def _normalized(x: float, low_high: Optional[Tuple[float, float]]) -> float:
   return (x - low) / (high - low)
 
 
-def aggregate(normalized: bool):
-  """IQM, median, mean and (normalized scores only) the optimality gap of [runs, tasks]."""
-  from rliable import metrics  # pylint: disable=import-outside-toplevel
+def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
+  """The interquartile mean along `axis`: the mean of the middle half, as scipy's
+  `trim_mean(x, 0.25)` and rliable's `aggregate_iqm` cut it, over every other axis at once."""
+  x = np.sort(np.moveaxis(x, axis, -1), axis=-1)
+  cut = int(0.25 * x.shape[-1])
+  return x[..., cut:x.shape[-1] - cut].mean(axis=-1)
 
-  def fn(scores: np.ndarray) -> np.ndarray:
-    gap = metrics.aggregate_optimality_gap(scores, 1.0) if normalized else np.nan
-    return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_median(scores),
-                     metrics.aggregate_mean(scores), gap])
-  return fn
+
+def aggregates(scores: np.ndarray, normalized: bool) -> np.ndarray:
+  """IQM, median, mean and (normalized scores only) the optimality gap of score matrices
+  [..., runs, tasks], as rliable defines them (the median: of the tasks' mean scores):
+  [..., 4]."""
+  flat = scores.reshape(*scores.shape[:-2], -1)
+  gap = 1.0 - np.minimum(flat, 1.0).mean(-1) if normalized else np.full(flat.shape[:-1],
+                                                                        np.nan)
+  per_task = scores.mean(-2)
+  return np.stack([iqm(flat), np.median(per_task, -1), per_task.mean(-1), gap], axis=-1)
+
+
+def resampled(matrix: np.ndarray, reps: int, seed: int) -> np.ndarray:
+  """A stratified bootstrap of [runs, tasks, ...]: `reps` resamples [reps, runs, tasks,
+  ...], each task's runs drawn with replacement from its own (rliable's strata)."""
+  runs, tasks = matrix.shape[:2]
+  picks = np.random.default_rng(seed).integers(0, runs, size=(reps, runs, tasks))
+  return matrix[picks, np.arange(tasks)]
 
 
 def interval_estimates(matrices: Dict[str, np.ndarray], normalized: bool, seed: int = 0,
                        reps: int = REPS):
-  """rliable's point estimates and 95 % stratified bootstrap intervals, reproducibly."""
-  from rliable import library as rly  # pylint: disable=import-outside-toplevel
-  with _quiet(seed):
-    return rly.get_interval_estimates(matrices, aggregate(normalized), reps=reps,
-                                      random_state=np.random.RandomState(seed))
+  """({group: the 4 aggregates}, {group: [2, 4] 95 % percentile intervals}): rliable's
+  estimates and stratified bootstrap, vectorized over the replications."""
+  points, intervals = {}, {}
+  for i, (name, matrix) in enumerate(matrices.items()):
+    points[name] = aggregates(matrix, normalized)
+    boot = aggregates(resampled(matrix, reps, seed + i), normalized)
+    intervals[name] = np.percentile(boot, [2.5, 97.5], axis=0)
+  return points, intervals
 
 
 @contextlib.contextmanager
@@ -282,21 +302,19 @@ def curves(groups: Dict[str, List[Run]], tasks: List[str], end: int,
   """(grid, {group: IQM per grid point}, {group: [2, points] interval}): each run's
   points linearly interpolated onto the grid; past a run's last record, its last value
   (what it reached)."""
-  from rliable import library as rly, metrics  # pylint: disable=import-outside-toplevel
   start = max(r.points[0][0] for members in groups.values() for r in members if r.points)
   grid = np.linspace(start, end, points)
-  series = {}
-  for label, members in groups.items():
+  estimates, intervals = {}, {}
+  for i, (label, members) in enumerate(groups.items()):
     per_task = [[np.interp(grid, *zip(*r.points)) for r in members if task_of(r) == t]
                 for t in tasks]
     count = min(len(v) for v in per_task)
-    series[label] = np.array([[_normalized_array(per_task[j][i], norm.get(t))
-                               for j, t in enumerate(tasks)] for i in range(count)])
-  iqm = lambda scores: np.array([metrics.aggregate_iqm(scores[..., k])
-                                 for k in range(scores.shape[-1])])
-  with _quiet(1):
-    estimates, intervals = rly.get_interval_estimates(
-        series, iqm, reps=CURVE_REPS, random_state=np.random.RandomState(1))
+    series = np.array([[_normalized_array(per_task[j][r], norm.get(t))
+                        for j, t in enumerate(tasks)] for r in range(count)])
+    flat = lambda x: x.reshape(*x.shape[:-3], -1, x.shape[-1])  # [..., runs x tasks, points]
+    estimates[label] = iqm(flat(series), axis=-2)
+    boot = iqm(flat(resampled(series, CURVE_REPS, 1 + i)), axis=-2)
+    intervals[label] = np.percentile(boot, [2.5, 97.5], axis=0)
   return grid, estimates, intervals
 
 
@@ -360,7 +378,7 @@ def _markdown(result, directories, metric, fraction, norm, scores) -> str:
            "- scores: " + ("normalized, (x - low) / (high - low): " + ", ".join(
                f"{t} ({lo:g}, {hi:g})" for t, (lo, hi) in norm.items()) if norm else
                            "raw (the optimality gap needs --normalize)"),
-           "- intervals: 95 % stratified bootstrap (rliable), "
+           "- intervals: 95 % stratified bootstrap (rliable's percentile method), "
            f"{REPS:,} replications", ""]
   lines += ["| group | runs | " + " | ".join(AGGREGATES) + " |",
             "| --- | --- |" + " --- |" * len(AGGREGATES)]
