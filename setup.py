@@ -73,6 +73,9 @@ EXTRAS_REQUIRE = {
         "orbax-checkpoint<0.12",
     ],
     "test": ["pytest", "pytest-xdist", "gymnasium"],
+    # Testing your own components with podracer.testing and its pytest fixtures
+    # (podracer.testing_fixtures; docs/first-agent.md).
+    "testing": ["pytest"],
     # The `tensorboard` command, to look at the event files runs write (tensorboardX).
     "tensorboard": ["tensorboard"],
     # The `wandb` logger (podracer/wandb_log.py): Weights & Biases, offline by default.

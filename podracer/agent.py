@@ -74,6 +74,18 @@ class Agent(abc.ABC):
     del config
     return 1
 
+  def policy_lag_corrected(self) -> Optional[int]:
+    """The policy lag this agent's learning corrects for: how many updates the parameters
+    that acted may trail the ones that learn (`runtime.max_policy_lag` under Sebulba and
+    SEED, which refuse a larger one: podracer/contracts.py `check_policy_lag`).
+
+    0: none, a plain on-policy gradient (A2C, REINFORCE), which is biased when the data
+    came from older parameters; None: any lag, for objectives weighted by the behaviour
+    policy (PPO's clipped ratio, IMPALA's V-trace) and off-policy learning. By default 0
+    for an agent without a replay and None with one: override it to declare another.
+    """
+    return 0 if self.replay is None else None
+
   def init_nets(self, key: jax.Array) -> PyTree:
     """Network parameters (identical on every replica for the same key).
 

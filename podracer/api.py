@@ -37,6 +37,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
                          "register_builtin_components"),
     "podracer.launch": ("run", "register_components_and_agents"),
     "podracer.config_files": ("load", "UnknownConfigName"),
+    "podracer.imports": ("import_all", "imported"),
     "podracer.configs": ("experiment", "section", "anakin", "sebulba", "seed", "envpool",
                          "envpool_atari", "atari_sebulba", "pixel_catch", "impala_resnet",
                          "replay", "getter"),

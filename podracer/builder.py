@@ -25,7 +25,7 @@ from typing import Any, Dict, Mapping, Optional, TextIO, Tuple
 import numpy as np
 
 from podracer import (checkpoint, compose, contracts, distributed, evaluation, guards,
-                      registry, runs as runs_lib)
+                      imports, registry, runs as runs_lib)
 from podracer.errors import ConfigError, DiskError
 from podracer.components import loggers as loggers_lib
 from podracer.metrics import DEFAULT_LOGGERS, LOG_KEYS, MetricsLogger
@@ -237,7 +237,7 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
         sys.stderr.write(f"Warning: no `{name}` section; agent '{config.agent.name}' uses "
                          f"its default {name}.\n")
         continue
-      raise ConfigError(f"Agent '{config.agent.name}' needs a `{name}` section in the "
+      raise ConfigError(f"Agent '{config.agent.name}' needs the section `{name}` in the "
                         f"config (`{name}.name` is one of: {', '.join(reg.names())}).")
     extra: Dict[str, Any] = {}
     if reg is registry.networks:
@@ -281,6 +281,7 @@ def build(config: Any, agent: Any = None) -> Experiment:
   `config.agent` describes (tests use it to run a variant).
   """
   register_builtin_components()
+  imports.import_all(config.get(imports.CONFIG_KEY) or ())  # A user's own components.
   _check_required(config)
   if agent is None:
     compose.check_used(config)

@@ -47,6 +47,7 @@ RUN_KEYS = {
     "eval_episodes": "podracer/evaluation.py",
     "num_runs": "podracer/runs.py",
     "sweep": "podracer/runs.py",
+    "imports": "podracer/imports.py",
 }
 
 # Sections every run builds, and the registry each names a component of.

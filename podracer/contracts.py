@@ -13,6 +13,8 @@ and the expected and actual shape and dtype; the launcher prints it and exits 2.
 
 from __future__ import annotations
 
+import inspect
+import traceback
 from typing import Any, Dict, Optional, Tuple
 
 import jax
@@ -31,11 +33,51 @@ def check_environment(env: Any, component: Optional[str] = None) -> None:
   shapes and dtypes. Raises ConfigError naming the field that differs."""
   name = component or f"environment {type(env).__name__}"
   spec = env.spec()
-  state, first = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+  state, first = _trace(name, env, "reset", jax.random.PRNGKey(0))
   action = jax.ShapeDtypeStruct(tuple(spec.action.shape), spec.action.dtype)
-  _, stepped = jax.eval_shape(env.step, state, action)
+  _, stepped = _trace(name, env, "step", state, action)
   _compare(name, "reset", first, "the timestep convention", _timestep_spec(spec, ()))
   _compare(name, "step", stepped, "reset", first)
+
+
+# What JAX raises when traced code asks for a concrete value (a Python `if` on an array).
+_CONCRETE_VALUE_ERRORS = (jax.errors.ConcretizationTypeError,
+                          jax.errors.TracerArrayConversionError,
+                          jax.errors.TracerIntegerConversionError)
+
+
+def _trace(component: str, env: Any, method: str, *args: Any) -> Any:
+  """`jax.eval_shape(env.<method>, *args)`; an error raised in the environment's own code
+  becomes one paragraph naming the component, the method and the line."""
+  try:
+    return jax.eval_shape(getattr(env, method), *args)
+  except ConfigError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    at = _user_line(e, type(env))
+    said = " ".join(str(e).split("\n")[0].split()) or "(no message)"
+    if isinstance(e, _CONCRETE_VALUE_ERRORS):
+      why = ("it uses a traced array's value in Python (an `if`, `while`, `bool()`, "
+             "`int()` or `.item()` on it), which a compiled program cannot do: use "
+             "jnp.where, jax.lax.select or jax.lax.cond on arrays instead")
+    else:
+      why = f"it raised {type(e).__name__} while JAX traced it"
+    raise ConfigError(f"{component}: {type(env).__name__}.{method} cannot be compiled"
+                      f"{at}: {why}. JAX said: {said}") from e
+
+
+def _user_line(error: BaseException, cls: type) -> str:
+  """' at FILE:LINE (`source`)', the deepest frame of `error` in `cls`'s own file, if any."""
+  try:
+    own = {inspect.getfile(k) for k in cls.__mro__ if k.__module__ != "builtins"}
+  except TypeError:
+    return ""
+  frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename in own]
+  if not frames:
+    return ""
+  frame = frames[-1]
+  source = f" (`{frame.line.strip()}`)" if frame.line else ""
+  return f" at {frame.filename}:{frame.lineno}{source}"
 
 
 def check_host_timestep(env: Any, timestep: TimeStep, component: Optional[str] = None) -> None:
@@ -71,6 +113,30 @@ def check_network(agent: Any, component: str = "network") -> None:
                         f"observations, but agent {agent_name} needs shape {list(shape)} "
                         f"and dtype {_dtype_name(dtype)} (the environment has "
                         f"{_num_actions(agent.spec)} actions).")
+
+
+def check_policy_lag(agent: Any, max_policy_lag: Optional[int], runtime: str) -> None:
+  """Refuses a `runtime.max_policy_lag` larger than the policy lag the agent's learning
+  corrects for (`Agent.policy_lag_corrected`; None: any). `max_policy_lag` None is
+  unbounded (as stale as the runtime's queue allows)."""
+  declared = getattr(agent, "policy_lag_corrected", None)
+  corrected = declared() if callable(declared) else None
+  if corrected is None or (max_policy_lag is not None and max_policy_lag <= corrected):
+    return
+  name = type(getattr(agent, "wrapped", agent)).__name__
+  lag = ("None (unbounded: as old as the learner's queue allows)" if max_policy_lag is None
+         else f"{max_policy_lag}")
+  what = ("corrects for no policy lag (a plain on-policy gradient: its "
+          "policy_lag_corrected() is 0, the default of an agent without a replay)"
+          if corrected == 0 else f"corrects for a policy lag of at most {corrected} updates")
+  raise ConfigError(
+      f"Agent {name} {what}, but runtime '{runtime}' acts with parameters up to "
+      f"`runtime.max_policy_lag` = {lag} updates older than the ones it learns with, "
+      f"which biases its gradient. Set --config.runtime.max_policy_lag={corrected} "
+      f"({'acting and learning take turns' if corrected == 0 else 'a bound it corrects'}), "
+      "or, if its loss does correct for stale data (importance weights, clipping, "
+      f"V-trace), declare it in {name}: `def policy_lag_corrected(self): return None` "
+      "(any lag) or the largest lag it corrects.")
 
 
 def actor_critic_outputs(spec: Any, batch_size: int) -> Dict[str, Tuple[Tuple[int, ...], Any]]:

@@ -32,8 +32,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from podracer import (config_files, disk, distributed, preemption, runs as runs_lib,
-                      validation)
+from podracer import (config_files, disk, distributed, imports, preemption,
+                      runs as runs_lib, validation)
 from podracer.errors import (ConfigError, DiskError, EnvironmentWorkerError, NonFiniteError,
                              ThreadFailure)
 from podracer.metrics import METRICS_FILE
@@ -45,6 +45,11 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where metrics, config and plots
 _FRESH = flags.DEFINE_bool(
     "fresh", False, "Start over in a workdir that holds a previous run, moving its files "
     "into WORKDIR/previous/<UTC time>/ (nothing is deleted).")
+_IMPORTS = flags.DEFINE_multi_string(
+    "import", [], "A module of your own to import before the config is built, so that the "
+    "components it registers can be named in the config: a dotted module on the path "
+    "(--import=myrl), a .py file or a package directory (its folder goes on the path). "
+    "Repeatable; recorded as the config's `imports`, which SEED's workers import too.")
 _DEBUG = flags.DEFINE_bool("debug", False, "Show tracebacks for config errors too.")
 _LIST = flags.DEFINE_bool(
     "list", False, "Print every registered component by kind (environments, networks, "
@@ -177,12 +182,36 @@ def _prepare_config_file(path):
     sys.path.insert(0, folder)
 
 
+def add_imports(config, specs) -> None:
+  """Imports the config's own `imports` and records `specs` (--import, already imported)
+  after them in `config.imports`, so config.json and SEED's workers have them all."""
+  own = config.get(imports.CONFIG_KEY) or ()
+  if isinstance(own, str):
+    own = (own,)
+  imports.import_all(own)
+  every = tuple(dict.fromkeys([imports.resolve(s) for s in (*own, *specs)]))
+  if every:
+    config[imports.CONFIG_KEY] = every
+
+
+def _import_args(argv):
+  """The values of every `--import=X` / `--import X` on the command line."""
+  found = []
+  for i, arg in enumerate(argv[1:], 1):
+    if arg.startswith(imports.FLAG + "="):
+      found.append(arg.split("=", 1)[1])
+    elif arg == imports.FLAG and i + 1 < len(argv):
+      found.append(argv[i + 1])
+  return found
+
+
 class _ComposingParser(flags.ArgumentParser):
   """ml_collections' config-file parser, then `--config.SECTION=NAME` choices applied to
   the loaded config before absl applies the key overrides (podracer/compose.py)."""
 
   def __init__(self, inner):
     self.inner, self.choices, self.sweeps, self.config = inner, {}, {}, None
+    self.imports = []
 
   def parse(self, argument):
     # podracer's loader, not ml_collections': every way the file can be wrong is one
@@ -190,6 +219,7 @@ class _ComposingParser(flags.ArgumentParser):
     self.config = config = config_files.load(argument)
     from podracer import compose  # pylint: disable=import-outside-toplevel
     with config.unlocked():
+      add_imports(config, self.imports)  # Before a section swap names their components.
       compose.choose(config, self.choices)
       runs_lib.add_sweep(config, self.sweeps)
     return config
@@ -228,6 +258,13 @@ def _parse_flags(argv):
     except ConfigError as e:
       _fail(str(e))
     _prepare_config_file(path)
+  _CONFIG_PARSER.imports = _import_args(argv)
+  if _CONFIG_PARSER.imports:  # After the built-ins (a clash names both), before the file.
+    register_components_and_agents()
+    try:
+      imports.import_all(_CONFIG_PARSER.imports)
+    except ConfigError as e:
+      _fail(str(e))
   _CONFIG_PARSER.choices, argv = _section_choices(argv)
   # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/runs.py.
   _CONFIG_PARSER.sweeps, argv = runs_lib.sweep_args(argv)

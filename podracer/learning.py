@@ -21,7 +21,8 @@ the builder (as optimizers do); `step() / total_steps` is the fraction of traini
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple)
 
 import jax
 import jax.numpy as jnp
@@ -129,14 +130,15 @@ def _apply(objective: Objective, nets: PyTree, opt_state: Dict[str, PyTree], bat
   try:
     (loss, objective_metrics), grads = jax.value_and_grad(loss_of_owned, has_aux=True)(params)
   except TypeError as e:
-    shape = jax.eval_shape(loss_of_owned, params)[0].shape
-    if shape == ():
+    why = _loss_output_error(jax.eval_shape(loss_of_owned, params))
+    if why is None:
       raise
-    raise ConfigError(
-        f"Objective '{objective.name}': its loss ({_describe(objective.loss)}) returns an "
-        f"array of shape {list(shape)}, but gradient_step differentiates a scalar: reduce "
-        "it over the batch (its mean or sum) and return per-example values as metrics."
-        ) from e
+    raise ConfigError(f"Objective '{objective.name}': its loss "
+                      f"({_describe(objective.loss)}) {why}") from e
+  if not isinstance(objective_metrics, Mapping):
+    raise ConfigError(f"Objective '{objective.name}': its loss ({_describe(objective.loss)}) "
+                      f"returns (loss, {type(objective_metrics).__name__}), but the second "
+                      "value must be a dict of metrics: return `loss, {}` for none.")
   grads = replica_mean(grads)
   updates, opt_state[objective.name] = objective.optimizer.update(
       grads, opt_state[objective.name], params)
@@ -145,6 +147,24 @@ def _apply(objective: Objective, nets: PyTree, opt_state: Dict[str, PyTree], bat
     objective_metrics = {f"{objective.name}_{k}": v for k, v in objective_metrics.items()}
   metrics.update(objective_metrics)
   return _with_owned(objective, nets, optax.apply_updates(params, updates))
+
+
+def _loss_output_error(output: Any) -> Optional[str]:
+  """Why a loss's output (its shapes) is not the (scalar, metrics) gradient_step takes;
+  None when it is (the TypeError came from elsewhere)."""
+  if not isinstance(output, (tuple, list)) or len(output) != 2:
+    what = (f"a single array of shape {list(output.shape)}" if hasattr(output, "shape")
+            else f"{type(output).__name__} of {len(output)} values"
+            if isinstance(output, (tuple, list)) else type(output).__name__)
+    return (f"returns {what}, but gradient_step takes a pair: the scalar to minimise and "
+            "a dict of metrics to record. Return `loss, {}` for no metrics, or "
+            "`loss, dict(policy_loss=..., entropy=...)`.")
+  shape = getattr(output[0], "shape", None)
+  if shape is not None and shape != ():
+    return (f"returns an array of shape {list(shape)}, but gradient_step differentiates a "
+            "scalar: reduce it over the batch (its mean or sum) and return per-example "
+            "values as metrics.")
+  return None
 
 
 def _describe(fn: Any) -> str:

@@ -30,7 +30,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-from podracer import __version__, transport  # noqa: E402
+from podracer import __version__, imports, transport  # noqa: E402
+from podracer.errors import ConfigError  # noqa: E402
 from podracer.transport import TransportError  # noqa: E402
 
 
@@ -82,6 +83,11 @@ def build_env(config: dict) -> Any:
   from ml_collections import config_dict  # pylint: disable=import-outside-toplevel
   from podracer import builder, registry  # pylint: disable=import-outside-toplevel
   builder.register_builtin_components()
+  try:  # What the run's launcher imported (--import, the config's `imports`).
+    imports.import_all(config.get("imports") or ())
+  except ConfigError as e:
+    raise Refused(f"the run imports modules of its own, and this machine cannot: {e}") \
+        from None
   import_env_module(config.get("env_module"), config.get("env_file"))
   section = config_dict.ConfigDict(config["env"])
   return registry.build(registry.environments, section, key="env",

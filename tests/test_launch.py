@@ -10,9 +10,10 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def launch(*args, timeout=300):
-  # The launcher sees what this process sees, this checkout first.
-  path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+def launch(*args, timeout=300, env_path=None):
+  # The launcher sees what this process sees, this checkout first (then `env_path`).
+  path = os.pathsep.join(filter(None, [str(ROOT), env_path and str(env_path),
+                                       os.environ.get("PYTHONPATH")]))
   env = dict(os.environ, PYTHONPATH=path)
   env.pop("XLA_FLAGS", None)  # The launcher runs as a user would: host devices only.
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # Set to 1 by TensorFlow's import in this process.

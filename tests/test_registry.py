@@ -127,7 +127,7 @@ def test_builder_builds_each_role_from_its_own_section_with_its_own_step_count()
     assert agent.critic_optimizer == ("opt", 2e-3, 30)
     assert hasattr(agent.critic_network, "apply")  # the network got its spec
     del config.critic_optimizer
-    with pytest.raises(ConfigError, match="needs a `critic_optimizer` section"):
+    with pytest.raises(ConfigError, match="needs the section `critic_optimizer`"):
       build_agent(config, spec, total_updates=10)
   finally:
     registry.optimizers.unregister("test_recording_opt")

@@ -34,6 +34,9 @@ class IMPALA(Agent):
     self.loss = loss
     self.discount = discount
 
+  def policy_lag_corrected(self):  # Any: V-trace corrects for the policy that acted.
+    return None
+
   def expected_outputs(self, batch_size):
     return actor_critic_outputs(self.spec, batch_size)
 

@@ -1,8 +1,7 @@
 """PPO (Schulman et al., 2017): on-policy actor-critic with a clipped surrogate objective.
 
-Written once for one replica; runs under Anakin and Sebulba unchanged. The loss is a
-component (`config.loss.name`), so A2C-like or new objectives plug in without touching
-this file.
+Written once for one replica; runs under Anakin, Sebulba and SEED unchanged. The loss is
+a component (`config.loss.name`): new clipped objectives plug in without touching this file.
 """
 
 from __future__ import annotations
@@ -39,6 +38,9 @@ class PPO(Agent):
     self.gae_lambda = gae_lambda
     self.num_epochs = num_epochs
     self.num_minibatches = num_minibatches
+
+  def policy_lag_corrected(self):  # Any: the ratio is to the policy that acted.
+    return None
 
   @classmethod
   def gradient_steps_per_update(cls, num_epochs: int, num_minibatches: int,

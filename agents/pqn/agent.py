@@ -59,6 +59,9 @@ class PQN(Agent):
     self.num_epochs, self.num_minibatches = num_epochs, num_minibatches
     self.acting_q_targets = acting_q_targets
 
+  def policy_lag_corrected(self):  # Any: Q-learning's targets are off-policy.
+    return None
+
   @classmethod
   def gradient_steps_per_update(cls, num_epochs: int, num_minibatches: int,
                                 **unused: Any) -> int:

@@ -11,6 +11,7 @@ import difflib
 import inspect
 from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
 
+from podracer import imports
 from podracer.errors import ConfigError
 
 T = TypeVar("T", bound=Callable[..., Any])
@@ -26,11 +27,38 @@ class UnknownComponentError(ConfigError, KeyError):
     msg = f"Unknown {kind} '{name}'{where}."
     if close:
       msg += " Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
-    msg += f" Registered {kind}s: " + (", ".join(known) if known else "none") + "."
-    super().__init__(msg)
+    msg += f" Registered {plural(kind)}: " + (", ".join(known) if known else "none") + "."
+    super().__init__(msg + " " + _import_hint(kind))
 
   def __str__(self) -> str:  # KeyError would otherwise quote the message.
     return self.args[0]
+
+
+def plural(kind: str) -> str:
+  """A registry kind's plural, as messages say it: environments, losses, replay."""
+  if kind.endswith(("s", "x", "sh", "ch")):
+    return kind + "es"
+  if kind.endswith("y") and kind[-2:-1] not in "aeiou":
+    return kind[:-1] + "ies"
+  return kind + "s"
+
+
+def with_article(kind: str) -> str:
+  """'a loss', 'an environment', 'an optimizer'."""
+  return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+
+
+def _import_hint(kind: str) -> str:
+  """Where a component of one's own comes from: the module that registers it must be
+  imported (podracer/imports.py), and which ones were."""
+  done = imports.imported()
+  loaded = (f"The modules imported with --import or the config's `imports` are: "
+            f"{', '.join(done)}." if done else
+            "No module was imported with --import or the config's `imports`.")
+  return (f"{with_article(kind).capitalize()} of your own is registered when the module that registers it is "
+          f"imported: pass --import=MODULE (a module on the path, a .py file or a package "
+          f"directory) to podracer.launch, or list it in the config file "
+          f"(c.imports = (\"MODULE\",)). {loaded}")
 
 
 class DuplicateComponentError(ConfigError, ValueError):
@@ -55,12 +83,12 @@ class Registry:
     def add(target: T) -> T:
       key = name or getattr(target, "__name__", None)
       if not key:
-        raise ValueError(f"Cannot register {target!r} as a {self.kind} without a name.")
+        raise ValueError(f"Cannot register {target!r} as {with_article(self.kind)} without a name.")
       key = key.lower()
       existing = self._entries.get(key)
       if existing is not None and not override and not _same_definition(existing, target):
         raise DuplicateComponentError(
-            f"A {self.kind} named '{key}' is already registered ({_describe(existing)}); "
+            f"{with_article(self.kind).capitalize()} named '{key}' is already registered ({_describe(existing)}); "
             f"pick another name or pass override=True to replace it.")
       self._entries[key] = target
       return target
@@ -72,7 +100,7 @@ class Registry:
   def get(self, name: str, *, key: Optional[str] = None) -> Callable[..., Any]:
     """The factory registered as `name` (case-insensitive); `key` names the config key."""
     if not isinstance(name, str):
-      raise ConfigError(f"Config key `{key or self.kind}` must name a {self.kind} "
+      raise ConfigError(f"Config key `{key or self.kind}` must name {with_article(self.kind)} "
                         f"(a string), got {name!r}.")
     try:
       return self._entries[name.lower()]

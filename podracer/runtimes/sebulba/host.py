@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from podracer import evaluation as evaluation_lib
-from podracer import distributed, preemption
+from podracer import contracts, distributed, preemption
 from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Runtime
@@ -46,6 +46,7 @@ class HostRuntime(Runtime):
     if not hasattr(topology, "actor_devices"):
       raise ConfigError(f"{type(self).__name__} needs a topology that splits actor and "
                         f"learner devices (`topology.name=actor_learner`).")
+    contracts.check_policy_lag(agent, options.max_policy_lag, type(self).__name__.lower())
     self.agent, self.spec = agent, agent.spec
     self.env_factory, self.topology, self.options, self.plan, self.seed = (
         env_factory, topology, options, plan, seed)

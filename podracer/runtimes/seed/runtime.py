@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 import jax
 
-from podracer import distributed, registry, trajectories, transport
+from podracer import distributed, imports, registry, trajectories, transport
 from podracer.agent import Agent
 from podracer.errors import ConfigError, EnvironmentWorkerError
 from podracer.runtime import Plan, plan_rounds
@@ -177,7 +177,7 @@ class Seed(HostRuntime):
     bw = self.options.envs_per_worker
     action = trajectories.trajectory_spec(self.agent, self.spec, bw, 1).action
     return dict(env=section.to_dict(), env_module=factory.__module__, env_file=env_file,
-                envs_per_worker=bw,
+                imports=list(imports.imported()), envs_per_worker=bw,
                 action=[[list(action.shape[1:]), action.dtype.str]],
                 observation_tree=jax.tree.structure(self.spec.observation,
                                                     is_leaf=lambda x: hasattr(x, "dtype")))
