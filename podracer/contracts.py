@@ -41,9 +41,11 @@ def check_environment(env: Any, component: Optional[str] = None) -> None:
 
 
 # What JAX raises when traced code asks for a concrete value (a Python `if` on an array).
-_CONCRETE_VALUE_ERRORS = (jax.errors.ConcretizationTypeError,
-                          jax.errors.TracerArrayConversionError,
-                          jax.errors.TracerIntegerConversionError)
+_CONCRETE_VALUE_ERRORS = tuple(
+    getattr(jax.errors, name) for name in ("ConcretizationTypeError",
+                                           "TracerArrayConversionError",
+                                           "TracerIntegerConversionError")
+    if hasattr(jax.errors, name))
 
 
 def _trace(component: str, env: Any, method: str, *args: Any) -> Any:
