@@ -76,11 +76,16 @@ def held(records: Sequence[dict], at_least: float, runs: int) -> str:
 
 
 def assert_reached_and_held(records: Sequence[dict], runs: int, *, reached=None,
-                            held_iqm=None) -> None:
-  """Every run's best record reached `reached`, and the IQM of the runs' last-20 % means
-  is at least `held_iqm` (either left out when None)."""
+                            held_iqm=None, held_each=None) -> None:
+  """Every run's best record reached `reached`, the IQM of the runs' last-20 % means is
+  at least `held_iqm`, and each run's last-20 % mean at least `held_each` (any of them
+  left out when None)."""
   if reached is not None:
     assert min(best_by_run(records)) >= reached, best_by_run(records)
   if held_iqm is not None:
     why = held(records, held_iqm, runs)
     assert not why, why
+  if held_each is not None:
+    means = last_fifth_means(records)
+    assert len(means) == runs and min(means) >= held_each, (
+        f"a run's last-20 % mean is below {held_each}: {', '.join(f'{m:.1f}' for m in means)}")

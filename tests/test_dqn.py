@@ -66,7 +66,7 @@ def test_acting_is_epsilon_greedy_and_evaluation_greedy():
 @pytest.mark.reverb_lane
 def test_one_update_learns_once_the_replay_can_sample_and_reports_its_diagnostics():
   config = _cartpole()
-  config.runtime.updates_per_call = 8   # 16 items inserted per update: 128 in the call
+  config.runtime.updates_per_call = 8   # 10 items inserted per update: 80 in the call
   config.replay.min_size = 64
   experiment = builder.build(config)
   state = experiment.runtime.init()
@@ -76,25 +76,26 @@ def test_one_update_learns_once_the_replay_can_sample_and_reports_its_diagnostic
   for key in ("q_mean", "target_mean", "td_error_abs", "priority_mean", "replay_size",
               "sampled_age"):
     assert np.all(np.isfinite(np.asarray(metrics[key]))), key
-  # At most 128 items in, each of `rollout_length` new env steps: the mean age of a
+  # At most 80 items in, each of `rollout_length` new env steps: the mean age of a
   # draw lies between 0 and that.
   age = np.asarray(metrics["sampled_age"])[np.asarray(metrics["learning"]) > 0]
-  assert np.all((age > 0) & (age < 128 * config.runtime.rollout_length)), age
+  assert np.all((age > 0) & (age < 80 * config.runtime.rollout_length)), age
 
 
 @pytest.mark.learning
-def test_dqn_cartpole_anakin_over_5_seeds_reaches_400_and_holds_250(tmp_path):
-  """Seeds 0-4 in one program, one host device, the whole 500K each. DQN on CartPole
-  reaches 500 and then forgets part of it (its last records fall back while TD errors
-  stay small): 2026-11-27, best 500, 463, 440, 500, 495; last-20 % means 426, 352, 203,
-  272, 425 (IQM 350). Run alone, seeds 2 and 3 held 496 and 427: each run is one draw
-  of that forgetting, so the claim is the IQM's, with a margin for another machine's
-  rounding. A larger replay (50K), a slower target (500), a Huber loss or Adam 1e-4 each
-  held less (IQM 239, 182, 57, 145). A random policy gets about 22."""
+def test_dqn_cartpole_anakin_over_5_seeds_reaches_475_and_holds_450_each_400(tmp_path):
+  """Seeds 0-4 in one program, one host device, the whole 500K each, as a user's command
+  runs it. PureJaxRL's settings written out by hand (benchmarks/dqn_reference.py) hold
+  an IQM of 487.4 on seeds 0-4 (494.2 on 5-9); this config (PureJaxRL's with double Q)
+  held 486.4, 483.7, 453.9, 436.6, 498.5 (IQM 474.7) on 2026-11-28, and 491.4, 496.1,
+  499.8, 497.9, 484.4 (IQM 495.1) under other rounding (a gradient clip at 1e9). 0.7.0's
+  held an IQM of 349.8 (203.4 at least): its target, copied every 12,800 env steps, and
+  its replay ratio lost it (docs/agents.md). The bar is below the reference's 475 until
+  the last gap is found (issue 49). A random policy gets about 22."""
   config = _cartpole()
   assert config.seed == 0 and config.total_env_steps == 500_000
   records = launch_runs("agents/dqn/config.py:cartpole_anakin", tmp_path, "--config.num_runs=5")
-  assert_reached_and_held(records, 5, reached=400, held_iqm=250)
+  assert_reached_and_held(records, 5, reached=475, held_iqm=450, held_each=400)
   records = [r for r in records if r.get("run", 0) == 0]
   learned = [r for r in records if r.get("learning", 0) > 0]
   # Values in return units below CartPole's horizon 1 / (1 - discount).

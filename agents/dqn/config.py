@@ -31,22 +31,29 @@ def _base(total_env_steps: int) -> config_dict.ConfigDict:
 
 
 def cartpole_anakin() -> config_dict.ConfigDict:
-  """Double DQN with 3-step returns on CartPole-v1 in JAX, replay on the devices.
+  """DQN on CartPole-v1 in JAX, replay on the devices: PureJaxRL's CartPole DQN (after
+  CleanRL's) with double Q-learning targets, learning from the 256th transition.
 
-  16 environments x 4 steps per update; each update samples 32 items of 4 transitions
-  (2 learned transitions per env step), target copied every 200 updates, Adam 2.5e-4.
-  Each environment anneals from random over its first 5,000 steps (80k env steps in
-  all) to epsilon 0.05.
+  10 environments, one update per 10 env steps of 128 one-step transitions sampled
+  uniformly (12.8 learned per env step) from the last 10,000; the target copied every 50
+  updates (500 env steps); epsilon from 1 to 0.05 over each environment's first 25,000
+  steps (250K env steps); Adam 2.5e-4 unclipped; a 120-84 relu network. 0.7.0's config
+  (16 x 4 steps per update, 2 learned per env step, 3-step targets, prioritized, a
+  target copy every 12,800 env steps) held an IQM of 349.8 over seeds 0-4: docs/agents.md
+  ("DQN against PureJaxRL's") says which difference lost what.
   """
   c = _base(total_env_steps=500_000)
   c.env = configs.section("cartpole")
-  c.agent.update(dict(target_update_period=200, epsilon_anneal_steps=5_000))
-  # CleanRL's and PureJaxRL's rate: 1e-3 learns sooner but falls back on 4 seeds of 5.
-  c.optimizer.learning_rate = 2.5e-4
-  c.replay = configs.replay("device", batch_size=32, max_size=10_000, min_size=256,
-                            samples_per_insert=2.0)
-  c.replay.priority_exponent = 0.6
-  return configs.anakin(c, num_envs_per_device=16, rollout_length=4, updates_per_call=64)
+  c.agent.update(dict(target_update_period=50, epsilon_anneal_steps=25_000,
+                      importance_sampling_exponent=0.0))
+  c.loss.n_step = 1
+  c.network.hidden_sizes = (120, 84)
+  c.optimizer = configs.section("adam", learning_rate=2.5e-4, eps=1e-8,
+                                max_grad_norm=config_dict.placeholder(float), anneal=False)
+  c.replay = configs.replay("device", batch_size=128, max_size=10_000, min_size=256,
+                            samples_per_insert=12.8)
+  c.replay.priority_exponent = 0.0
+  return configs.anakin(c, num_envs_per_device=10, rollout_length=1, updates_per_call=500)
 
 
 def minatar_anakin() -> config_dict.ConfigDict:
@@ -74,11 +81,18 @@ def minatar_anakin() -> config_dict.ConfigDict:
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
-  """cartpole_anakin's agent on EnvPool's CartPole-v1 under Sebulba: actors write items to
-  the `host` replay (Reverb in the Reverb lane; `--config.replay.name=device` keeps it on
-  the learner devices)."""
-  c = cartpole_anakin()
-  c.replay.name = lane_replay()
+  """Double DQN with 3-step returns on EnvPool's CartPole-v1 under Sebulba: actors write
+  items of 4 transitions to the `host` replay (Reverb in the Reverb lane;
+  `--config.replay.name=device` keeps it on the learner devices), 32 sampled per update
+  (2 learned per env step), prioritized, a target copy every 200 updates, Adam 2.5e-4.
+  0.7.0's `cartpole_anakin` settings, not yet brought to the Anakin config's (docs/agents.md)."""
+  c = _base(total_env_steps=500_000)
+  c.env = configs.section("cartpole")
+  c.agent.update(dict(target_update_period=200, epsilon_anneal_steps=5_000))
+  c.optimizer.learning_rate = 2.5e-4
+  c.replay = configs.replay(lane_replay(), batch_size=32, max_size=10_000, min_size=256,
+                            samples_per_insert=2.0)
+  c.replay.priority_exponent = 0.6
   return configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=8,
                          rollout_length=4)
 
