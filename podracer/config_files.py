@@ -15,10 +15,9 @@ import importlib.util
 import inspect
 import os
 import sys
-import traceback
 from typing import Any, Optional, Tuple
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, deepest_frame
 
 # The module name ml_collections gives the config file of the `config` flag.
 MODULE_NAME = "config_config"
@@ -137,7 +136,6 @@ def _describe(error: BaseException, path: str) -> str:
   """`TypeName: message (line N)`, N the deepest line of `path` in the traceback."""
   text = " ".join(str(error).split()) or "(no message)"
   target = os.path.abspath(path)
-  lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
-           if os.path.abspath(frame.filename) == target]
-  at = f" at line {lines[-1]}" if lines else ""
+  frame = deepest_frame(error, lambda filename: os.path.abspath(filename) == target)
+  at = f" at line {frame.lineno}" if frame else ""
   return f"{type(error).__name__}{at}: {text}"

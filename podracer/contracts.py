@@ -14,13 +14,12 @@ and the expected and actual shape and dtype; the launcher prints it and exits 2.
 from __future__ import annotations
 
 import inspect
-import traceback
 from typing import Any, Dict, Optional, Tuple
 
 import jax
 import numpy as np
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, deepest_frame
 from podracer.types import PyTree, TimeStep
 
 # Observations the network check feeds: a batch size no spec is likely to share, so that
@@ -74,10 +73,9 @@ def _user_line(error: BaseException, cls: type) -> str:
     own = {inspect.getfile(k) for k in cls.__mro__ if k.__module__ != "builtins"}
   except TypeError:
     return ""
-  frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename in own]
-  if not frames:
+  frame = deepest_frame(error, lambda filename: filename in own)
+  if frame is None:
     return ""
-  frame = frames[-1]
   source = f" (`{frame.line.strip()}`)" if frame.line else ""
   return f" at {frame.filename}:{frame.lineno}{source}"
 

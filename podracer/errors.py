@@ -1,5 +1,16 @@
 """Errors a user can cause and fix: the launcher prints them as one paragraph, no traceback."""
 
+import traceback
+from typing import Callable, Optional
+
+
+def deepest_frame(error: BaseException, keep: Callable[[str], bool]
+                  ) -> Optional[traceback.FrameSummary]:
+  """The innermost frame of `error`'s traceback whose file name `keep` accepts (a user's
+  config file, environment or module, for the paragraph that names its line), if any."""
+  frames = [f for f in traceback.extract_tb(error.__traceback__) if keep(f.filename)]
+  return frames[-1] if frames else None
+
 
 class ConfigError(Exception):
   """The config (or a command-line override of it) cannot be built into a run."""

@@ -19,10 +19,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
 from typing import Iterable, List, Tuple
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, deepest_frame
 
 FLAG = "--import"
 CONFIG_KEY = "imports"
@@ -83,8 +82,9 @@ def import_one(spec: str) -> str:
     raise ConfigError(f"{FLAG}={spec}: importing module '{name}' raised "
                       f"{type(e).__name__} ({_where(e, name)}): "
                       f"{' '.join(str(e).split()) or '(no message)'}.") from e
-  if resolve(spec) not in _imported:
-    _imported.append(resolve(spec))
+  recorded = resolve(spec)
+  if recorded not in _imported:
+    _imported.append(recorded)
   return name
 
 
@@ -122,8 +122,5 @@ def _loaded_from(module, path: str) -> bool:
 
 def _where(error: BaseException, name: str) -> str:
   """'file:line', the deepest frame of the error outside the import machinery."""
-  frames = [f for f in traceback.extract_tb(error.__traceback__)
-            if "importlib" not in f.filename and f.filename != __file__]
-  if not frames:
-    return f"while importing {name}"
-  return f"{frames[-1].filename}:{frames[-1].lineno}"
+  frame = deepest_frame(error, lambda f: "importlib" not in f and f != __file__)
+  return f"{frame.filename}:{frame.lineno}" if frame else f"while importing {name}"

@@ -269,15 +269,21 @@ def resampled(matrix: np.ndarray, reps: int, seed: int) -> np.ndarray:
   return matrix[picks, np.arange(tasks)]
 
 
+def bootstrapped(statistic, matrix: np.ndarray, reps: int, seed: int):
+  """(statistic(matrix), its 95 % percentile interval [2, ...] over `reps` stratified
+  resamples): `statistic` takes [..., runs, tasks, ...] and reduces the runs and tasks."""
+  boot = statistic(resampled(matrix, reps, seed))
+  return statistic(matrix), np.percentile(boot, [2.5, 97.5], axis=0)
+
+
 def interval_estimates(matrices: Dict[str, np.ndarray], normalized: bool, seed: int = 0,
                        reps: int = REPS):
   """({group: the 4 aggregates}, {group: [2, 4] 95 % percentile intervals}): rliable's
   estimates and stratified bootstrap, vectorized over the replications."""
   points, intervals = {}, {}
   for i, (name, matrix) in enumerate(matrices.items()):
-    points[name] = aggregates(matrix, normalized)
-    boot = aggregates(resampled(matrix, reps, seed + i), normalized)
-    intervals[name] = np.percentile(boot, [2.5, 97.5], axis=0)
+    points[name], intervals[name] = bootstrapped(lambda m: aggregates(m, normalized),
+                                                 matrix, reps, seed + i)
   return points, intervals
 
 
@@ -304,6 +310,8 @@ def curves(groups: Dict[str, List[Run]], tasks: List[str], end: int,
   (what it reached)."""
   start = max(r.points[0][0] for members in groups.values() for r in members if r.points)
   grid = np.linspace(start, end, points)
+  # The IQM over runs x tasks at each point, of [..., runs, tasks, points].
+  curve_iqm = lambda x: iqm(x.reshape(*x.shape[:-3], -1, x.shape[-1]), axis=-2)
   estimates, intervals = {}, {}
   for i, (label, members) in enumerate(groups.items()):
     per_task = [[np.interp(grid, *zip(*r.points)) for r in members if task_of(r) == t]
@@ -311,10 +319,7 @@ def curves(groups: Dict[str, List[Run]], tasks: List[str], end: int,
     count = min(len(v) for v in per_task)
     series = np.array([[_normalized_array(per_task[j][r], norm.get(t))
                         for j, t in enumerate(tasks)] for r in range(count)])
-    flat = lambda x: x.reshape(*x.shape[:-3], -1, x.shape[-1])  # [..., runs x tasks, points]
-    estimates[label] = iqm(flat(series), axis=-2)
-    boot = iqm(flat(resampled(series, CURVE_REPS, 1 + i)), axis=-2)
-    intervals[label] = np.percentile(boot, [2.5, 97.5], axis=0)
+    estimates[label], intervals[label] = bootstrapped(curve_iqm, series, CURVE_REPS, 1 + i)
   return grid, estimates, intervals
 
 

@@ -8,13 +8,13 @@ import os
 import pathlib
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from podracer import builder, imports, registry
+from podracer.launch_local import free_port
 from podracer.errors import ConfigError
 from podracer.launch import register_components_and_agents
 from tests.test_launch import launch
@@ -169,18 +169,12 @@ def test_launch_local_ranks_import_the_same_modules(tmp_path):
   assert json.loads(records[-1])["num_processes"] == 2
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_seed_worker_started_by_hand_imports_what_the_run_imported(tmp_path):
   """The environment's own module (mypkg.envs) registers nothing: a worker that did not
   import the package as the run did would not know `host_steps`."""
   package = write_package(tmp_path / "src")
-  port = _free_port()
+  port = free_port()
   env = dict(os.environ, PYTHONPATH=str(ROOT))
   env.pop("XLA_FLAGS", None)
   run = subprocess.Popen(
@@ -302,10 +296,9 @@ def test_every_registry_kind_reads_as_a_word_in_messages():
 
 
 def _sebulba_build(config):
-  config.topology.actor_devices = (0,)
-  config.topology.learner_devices = (0,)
+  from tests.test_sebulba import one_device
   config.total_env_steps = 20_000
-  return builder.build(config)
+  return builder.build(one_device(config))
 
 
 def test_sebulba_refuses_an_uncorrected_on_policy_agent_above_lag_0(clean_registries):

@@ -35,7 +35,7 @@ class UnknownComponentError(ConfigError, KeyError):
 
 
 def plural(kind: str) -> str:
-  """A registry kind's plural, as messages say it: environments, losses, replay."""
+  """A registry kind's plural, as messages say it: environments, losses, replays."""
   if kind.endswith(("s", "x", "sh", "ch")):
     return kind + "es"
   if kind.endswith("y") and kind[-2:-1] not in "aeiou":
@@ -55,10 +55,10 @@ def _import_hint(kind: str) -> str:
   loaded = (f"The modules imported with --import or the config's `imports` are: "
             f"{', '.join(done)}." if done else
             "No module was imported with --import or the config's `imports`.")
-  return (f"{with_article(kind).capitalize()} of your own is registered when the module that registers it is "
-          f"imported: pass --import=MODULE (a module on the path, a .py file or a package "
-          f"directory) to podracer.launch, or list it in the config file "
-          f"(c.imports = (\"MODULE\",)). {loaded}")
+  return (f"{with_article(kind).capitalize()} of your own is registered when the module "
+          f"that registers it is imported: pass --import=MODULE (a module on the path, a "
+          f".py file or a package directory) to podracer.launch, or list it in the config "
+          f"file (c.imports = (\"MODULE\",)). {loaded}")
 
 
 class DuplicateComponentError(ConfigError, ValueError):
@@ -83,13 +83,15 @@ class Registry:
     def add(target: T) -> T:
       key = name or getattr(target, "__name__", None)
       if not key:
-        raise ValueError(f"Cannot register {target!r} as {with_article(self.kind)} without a name.")
+        raise ValueError(f"Cannot register {target!r} as {with_article(self.kind)} without "
+                         "a name.")
       key = key.lower()
       existing = self._entries.get(key)
       if existing is not None and not override and not _same_definition(existing, target):
         raise DuplicateComponentError(
-            f"{with_article(self.kind).capitalize()} named '{key}' is already registered ({_describe(existing)}); "
-            f"pick another name or pass override=True to replace it.")
+            f"{with_article(self.kind).capitalize()} named '{key}' is already registered "
+            f"({_describe(existing)}); pick another name or pass override=True to replace "
+            "it.")
       self._entries[key] = target
       return target
 
@@ -100,8 +102,8 @@ class Registry:
   def get(self, name: str, *, key: Optional[str] = None) -> Callable[..., Any]:
     """The factory registered as `name` (case-insensitive); `key` names the config key."""
     if not isinstance(name, str):
-      raise ConfigError(f"Config key `{key or self.kind}` must name {with_article(self.kind)} "
-                        f"(a string), got {name!r}.")
+      raise ConfigError(f"Config key `{key or self.kind}` must name "
+                        f"{with_article(self.kind)} (a string), got {name!r}.")
     try:
       return self._entries[name.lower()]
     except KeyError:
