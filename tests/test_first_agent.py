@@ -377,4 +377,7 @@ def test_every_command_of_the_tutorial_runs_as_it_says(tmp_path):
     if status == 2:
       assert "Traceback" not in done.stderr
   report = (project / "runs" / "report" / "report.md").read_text()
-  assert "a2c" in report and "ppo" in report
+  # The tutorial's A2C learns: 8 seeds in one program, the IQM of their last-10 % means
+  # (476 [456, 500] on 2026-11-28; a user's first A2C held 446.5), PPO's beside it.
+  iqm = {g: float(v) for g, v in re.findall(r"^\| (a2c|ppo) \| 8 \| ([\d.]+) \[", report, re.M)}
+  assert iqm.get("a2c", 0) >= 450 and iqm.get("ppo", 0) >= 475, report
