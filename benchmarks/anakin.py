@@ -45,13 +45,12 @@ _MIN_STEPS = flags.DEFINE_integer("min_steps_per_call", 131072,
 def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
   import jax
 
-  from podracer.types import REPLICA_AXIS
+  from podracer import mesh
 
   updates = max(1, min_steps // (num_envs * rollout_length))
   runtime = ppo_runtime(num_envs, rollout_length, updates)
   steps_per_call = runtime.steps_per_call
   state = runtime.init()
-  device = runtime.topology.devices[:1]
 
   # Bare environment: random actions, nothing else.
   env = runtime.env
@@ -66,7 +65,7 @@ def measure(num_envs: int, rollout_length: int, repeats: int, min_steps: int):
       return (env_state, key), None
     return jax.lax.scan(body, carry, None, length=rollout_length * updates)[0]
 
-  env_fn = jax.pmap(env_only, axis_name=REPLICA_AXIS, devices=device)
+  env_fn = mesh.spmd(env_only, runtime.mesh)
   env_sps = median_sps(env_fn, (state.env, state.key), steps_per_call, repeats)
 
   act_sps = median_sps(acting_only(runtime, updates), state, steps_per_call, repeats)

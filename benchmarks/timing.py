@@ -60,11 +60,11 @@ def ppo_runtime(num_envs: int, rollout_length: int, updates: int, num_runs: int 
 
 
 def acting_only(runtime, updates: int):
-  """The runtime's own rollouts, `updates` of them, without observe or update: a pmapped
-  function of the runtime's state on its first device."""
+  """The runtime's own rollouts, `updates` of them, without observe or update: a function
+  of the runtime's state, compiled over its mesh."""
   import jax
 
-  from podracer.types import REPLICA_AXIS
+  from podracer import mesh
 
   def act_only(s):
     def body(s, _):
@@ -75,7 +75,7 @@ def acting_only(runtime, updates: int):
                         agent=s.agent._replace(actor=actor_state)), None
     return jax.lax.scan(body, s, None, length=updates)[0]
 
-  return jax.pmap(act_only, axis_name=REPLICA_AXIS, devices=runtime.topology.devices[:1])
+  return mesh.spmd(act_only, runtime.mesh)
 
 
 def full_sps(config, seconds: float) -> float:

@@ -32,7 +32,8 @@ from agents.impala import config as impala_config  # noqa: E402
 from agents.ppo import config as ppo_config  # noqa: E402
 from podracer import builder, registry  # noqa: E402
 from podracer.components.environments import VectorEnv  # noqa: E402
-from podracer.types import REPLICA_AXIS, Trajectory  # noqa: E402
+from podracer import mesh  # noqa: E402
+from podracer.types import Trajectory  # noqa: E402
 
 GROUPS = ("section_0", "section_1", "section_2", "torso/linear", "head")
 
@@ -99,7 +100,7 @@ def kl(network, before, after, observation) -> float:
 
 def one_replica(fn):
   """Runs `fn` as the single replica of a learner, so `replica_mean` has its axis."""
-  mapped = jax.pmap(fn, axis_name=REPLICA_AXIS, devices=jax.local_devices()[:1])
+  mapped = mesh.spmd(fn, mesh.device_mesh(jax.local_devices()[:1]))
   def call(*args):
     out = mapped(*jax.tree.map(lambda x: jnp.asarray(x)[None], args))
     return jax.tree.map(lambda x: x[0], out)

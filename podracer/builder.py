@@ -290,9 +290,11 @@ def build(config: Any, agent: Any = None) -> Experiment:
   runtime_cls = registry.runtimes.get(_name(config.runtime, "runtime"), key="runtime.name")
   options = registry.build(registry.runtimes, config.runtime, key="runtime",
                            factory=runtime_cls.Options)
+  runs = _runs(config, runtime_cls)
+  if hasattr(topology, "arrange"):  # The mesh's runs x data split (podracer/mesh.py).
+    topology.arrange(runs.num_runs if runs else 1)
   plan = options.plan(topology, config.total_env_steps)
   env_factory = EnvironmentFactory(config.env)
-  runs = _runs(config, runtime_cls)
   spec = runtime_cls.environment_spec(env_factory, config.seed) if agent is None or runs else None
   if agent is None:
     agent = build_agent(config, spec, plan.num_updates)

@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import jax
 import numpy as np
 
+from podracer import mesh as mesh_lib
 from podracer import disk, distributed
 from podracer.errors import ConfigError
 
@@ -518,7 +519,8 @@ def _is_key(x: Any) -> bool:
 
 def _host_leaves(tree: Any) -> Dict[str, np.ndarray]:
   leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(tree)]
-  return {f"{i:06d}": np.asarray(x) for i, x in enumerate(jax.device_get(leaves))}
+  # Each process's rows of arrays over the mesh of every process's devices (mesh.py).
+  return {f"{i:06d}": np.asarray(x) for i, x in enumerate(mesh_lib.local(leaves))}
 
 
 def _as_like(value: np.ndarray, like: Any) -> Any:

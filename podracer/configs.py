@@ -56,7 +56,8 @@ def section(name: str, **kwargs) -> config_dict.ConfigDict:
 def replicate_topology() -> config_dict.ConfigDict:
   """Anakin: every device (or the first `num_devices`) acts and learns."""
   return config_dict.ConfigDict(dict(
-      name="replicate", num_devices=config_dict.placeholder(int)))
+      name="replicate", num_devices=config_dict.placeholder(int),
+      runs=config_dict.placeholder(int), data=config_dict.placeholder(int)))
 
 
 def actor_learner_topology() -> config_dict.ConfigDict:

@@ -1,15 +1,17 @@
-"""Renamed and removed public names keep working for one minor version (docs/api.md).
+"""Renamed and removed public names keep working for two minor versions and 90 days.
 
-A shim warns once per process with the new name (a `DeprecationWarning`, which Python
-shows in `__main__` and pytest shows in tests), then does what the new name does; the
-CHANGELOG's "Deprecated" line says when it goes. Two kinds:
+The policy (docs/api.md, CHANGELOG.md): a public name deprecated in version X.Y keeps
+working, through a shim, until at least X.(Y+2) **and** at least 90 days after X.Y's
+release, whichever is later; a shim that says it goes sooner is refused when it is made
+(`ValueError`). A shim warns once per process with the new name (a `DeprecationWarning`,
+which Python shows in `__main__` and pytest shows in tests), then does what the new name
+does; the CHANGELOG's "Deprecated" line says when it goes. Two kinds:
 
     class Plan(NamedTuple):
       updates_per_round: int
-      updates_per_call = renamed_attribute("updates_per_call", "updates_per_round", "0.4.0",
-                                           removed_in="0.7.0")  # (0.6.0 had this one)
+      updates_per_call = renamed_attribute("updates_per_call", "updates_per_round", "0.9.0")
 
-    __getattr__ = renamed_module_names(__name__, {"old_name": ("new_name", "0.6.0")})
+    __getattr__ = renamed_module_names(__name__, {"old_name": ("new_name", "0.9.0")})
 """
 
 from __future__ import annotations
@@ -31,14 +33,29 @@ def warn_once(key: str, message: str, stacklevel: int = 3) -> None:
   warnings.warn(message, DeprecationWarning, stacklevel=stacklevel)
 
 
+MIN_MINOR_VERSIONS = 2  # a deprecated name lasts at least this many minor versions
+MIN_DAYS = 90             # ... and at least this many days after the deprecating release
+
+
 def _message(old: str, new: str, since: str, removed_in: str = "") -> str:
-  return (f"`{old}` was renamed `{new}` in podracer {since} and will be removed in "
-          f"{removed_in or _next_minor(since)}; use `{new}` (CHANGELOG.md).")
+  return (f"`{old}` was renamed `{new}` in podracer {since}; it keeps working until "
+          f"{removal(since, removed_in)} and for at least {MIN_DAYS} days after {since}'s "
+          f"release; use `{new}` (CHANGELOG.md).")
 
 
-def _next_minor(version: str) -> str:
-  major, minor = version.split(".")[:2]
-  return f"{major}.{int(minor) + 1}.0"
+def removal(since: str, removed_in: str = "") -> str:
+  """The first version that may remove a name deprecated in `since`: `removed_in` if
+  given (ValueError if sooner than the policy allows), else `MIN_MINOR_VERSIONS` later."""
+  major, minor = (int(x) for x in since.split(".")[:2])
+  earliest = (major, minor + MIN_MINOR_VERSIONS)
+  if not removed_in:
+    return f"{earliest[0]}.{earliest[1]}.0"
+  if tuple(int(x) for x in removed_in.split(".")[:2]) < earliest:
+    raise ValueError(
+        f"A name deprecated in {since} cannot be removed in {removed_in}: the policy keeps "
+        f"it for {MIN_MINOR_VERSIONS} minor versions (until {earliest[0]}.{earliest[1]}.0) "
+        f"and {MIN_DAYS} days (podracer/deprecation.py).")
+  return removed_in
 
 
 class renamed_attribute:  # pylint: disable=invalid-name
@@ -46,7 +63,8 @@ class renamed_attribute:  # pylint: disable=invalid-name
   warning once."""
 
   def __init__(self, old: str, new: str, since: str, removed_in: str = ""):
-    self.old, self.new, self.since, self.removed_in = old, new, since, removed_in
+    self.old, self.new, self.since = old, new, since
+    self.removed_in = removal(since, removed_in)  # Checked against the policy.
 
   def __get__(self, instance: Any, owner: type) -> Any:
     if instance is None:

@@ -1,13 +1,13 @@
 """Replicas across processes and hosts: JAX's multi-controller runtime (`jax.distributed`).
 
-Every process runs the same program on its own local devices; a `pmap` over the devices
-of all processes makes `replica_mean` (podracer/types.py) a cross-process mean. This
+Every process runs the same program on its own local devices; a mesh over the devices
+of all processes (podracer/mesh.py) makes `replica_mean` (podracer/types.py) a cross-process mean. This
 module is the one place that knows about processes:
 
   initialize(...)       before anything touches a device: connects the processes, and on
                         CPU switches on gloo collectives (required on jax 0.4.34).
-  pmap_devices(local)   the devices a pmap must be given: the same positions on every
-                        process, so each process maps its own and collectives span all.
+  mesh_devices(local)   the devices of a mesh over all processes: the same positions on
+                        every process, so each process runs its own and collectives span all.
   ends_process_on_failure()  a failed process exits at once instead of waiting in JAX's
                         shutdown barrier, so the others learn of it (below).
   check_same_run(config, version)  every process was started with the same config and
@@ -35,6 +35,8 @@ import sys
 import time
 import traceback
 from typing import Any, Iterator, List, Optional
+
+from podracer import deprecation
 
 INIT_TIMEOUT_S = 60
 HEARTBEAT_TIMEOUT_S = 10
@@ -121,10 +123,10 @@ def open_log(workdir: Optional[str], stream):
   return open(os.path.join(workdir, log_name(process_index())), "w", buffering=1)
 
 
-def pmap_devices(local: List["jax.Device"]) -> List["jax.Device"]:
-  """The devices to give `jax.pmap` for `local` (this process's chosen devices).
+def mesh_devices(local: List["jax.Device"]) -> List["jax.Device"]:
+  """The devices of a mesh over every process for `local` (this process's chosen devices).
 
-  A multi-process pmap needs the same device list on every process, each process
+  A multi-process mesh needs the same device list on every process, each process
   mapping its own. Every process chose the same positions among its local devices (the
   config is the same), so the list is those positions on each process, process-major:
   global replica index = process index * len(local) + local index.
@@ -287,3 +289,8 @@ def check_shared_workdir(workdir: Optional[str]) -> None:
         f"do not see the file process 0 wrote there ({SHARED_MARK}). A run over several "
         "processes keeps one set of checkpoints and records: give every process the same "
         "directory on a shared filesystem (NFS, a cluster's shared disk).")
+
+
+# `pmap_devices` was renamed `mesh_devices` in 0.9.0, when the runtimes left jax.pmap.
+__getattr__ = deprecation.renamed_module_names(__name__, {"pmap_devices": ("mesh_devices",
+                                                                           "0.9.0")})

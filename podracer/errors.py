@@ -16,6 +16,17 @@ class ConfigError(Exception):
   """The config (or a command-line override of it) cannot be built into a run."""
 
 
+def minibatches_do_not_divide(total: int, minibatches: int, what: str,
+                              change: str) -> ConfigError:
+  """`agent.num_minibatches` does not split `total` examples (`what`, in words) evenly:
+  the paragraph with the nearest divisors and what else to `change`."""
+  fits = [n for n in range(1, min(total, 64) + 1) if total % n == 0]
+  return ConfigError(
+      f"`agent.num_minibatches` = {minibatches} minibatches of equal size do not divide "
+      f"the {total} {what} each update learns from; choose a divisor of {total} (e.g. "
+      f"{', '.join(map(str, fits[-4:]))}) or change {change}.")
+
+
 class MissingPackage(ImportError):
   """A component needs a package this install lane lacks (gymnax or Brax in the reverb
   lane, EnvPool or Gymnasium left out); building it from a config is a ConfigError that

@@ -8,7 +8,7 @@ runtime only calls `agent.init_experience`, `agent.observe` and `agent.update`.
     latest [T+K, B] trajectory; `observe` replaces it.
   - A device replay (`agent.replay.kind == "device"`): the state is the buffer; `observe`
     adds `agent.replay_items(trajectory)`, `update` samples it and writes the new
-    priorities back into it. Under pmap each replica owns its own shard.
+    priorities back into it. Each replica (device of the mesh) owns its own shard.
 
 Host: the replay is a server (`agent.replay.kind == "host"`: Reverb, or the host-memory
 replay) that the runtime drives on the host, around the compiled step:

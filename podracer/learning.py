@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, minibatches_do_not_divide
 from podracer.types import PyTree, replica_mean
 
 Metrics = Dict[str, jax.Array]
@@ -222,12 +222,9 @@ def minibatch_epochs(objectives: Sequence[Objective], nets: PyTree, opt_state: D
   if num_examples % num_minibatches:
     # Met when first traced: under Sebulba and SEED the batch an update gets follows
     # from the actors, learners and rollouts, so this is where it is known.
-    fits = [n for n in range(1, min(num_examples, 64) + 1) if num_examples % n == 0]
-    raise ConfigError(
-        f"`agent.num_minibatches` = {num_minibatches} minibatches of equal size do not "
-        f"divide the {num_examples} examples each update learns from (its environments x "
-        f"rollout steps on one learner device); choose a divisor of {num_examples} (e.g. "
-        f"{', '.join(map(str, fits[-4:]))}) or change the environments or the rollout.")
+    raise minibatches_do_not_divide(
+        num_examples, num_minibatches, "examples (its environments x rollout steps on one "
+        "learner device)", "the environments or the rollout")
   metrics_shape = jax.eval_shape(
       lambda: gradient_step(objectives, nets, opt_state,
                             jax.tree.map(lambda x: x[:num_examples // num_minibatches], batch),

@@ -391,9 +391,14 @@ def device_counts(replay: Any, experience: Any) -> Optional[Tuple[int, int]]:
   counts = getattr(replay, "counts", None)
   if counts is None or experience is None:
     return None
-  import jax  # Lazy: the logger itself needs no JAX.
-  inserts, samples = jax.device_get(counts(experience))
-  return int(np.sum(inserts, dtype=np.int64)), int(np.sum(samples, dtype=np.int64))
+  inserts, samples = (_local_sum(x) for x in counts(experience))
+  return int(inserts), int(samples)
+
+
+def _local_sum(x: Any) -> int:
+  """The sum of this process's part of an array that may span processes."""
+  parts = [s.data for s in x.addressable_shards] if hasattr(x, "addressable_shards") else [x]
+  return sum(int(np.sum(np.asarray(p), dtype=np.int64)) for p in parts)
 
 
 def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "",

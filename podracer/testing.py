@@ -221,7 +221,7 @@ def one_update(config: Any, agent: Any = None) -> Tuple[PyTree, PyTree, Dict[str
 
 def traced_update(agent: Any, trajectory_spec: Trajectory, batch_size: int) -> Tuple[Any, Any]:
   """Traces one `agent.update` (no compile, no data) on a replay sample of `batch_size`
-  items of `trajectory_spec`'s shapes, as under pmap with one replica: returns the
+  items of `trajectory_spec`'s shapes, as on a mesh of one replica: returns the
   sample and metrics it gives, as shapes ([1, ...] leaves). For agents with a replay."""
   from podracer.components.replay import Sample  # pylint: disable=import-outside-toplevel
   from podracer.types import REPLICA_AXIS  # pylint: disable=import-outside-toplevel

@@ -20,7 +20,7 @@ PyTree = Any
 
 # The mapped axis over which replicas (devices, hosts) share gradients. Every runtime maps
 # its learner over this name, so an agent written for one replica works on any number.
-REPLICA_AXIS = "replica"
+REPLICA_AXIS = "data"
 
 
 class StepType:
@@ -157,6 +157,13 @@ def replica_mean(tree: PyTree) -> PyTree:
   if jax.lax.psum(1, axis_name=REPLICA_AXIS) == 1:
     return tree
   return packed(lambda flat: jax.lax.pmean(flat, axis_name=REPLICA_AXIS), tree)
+
+
+def replica_sum(tree: PyTree) -> PyTree:
+  """Sum over all replicas of the learner; with one, no collective (as `replica_mean`)."""
+  if jax.lax.psum(1, axis_name=REPLICA_AXIS) == 1:
+    return tree
+  return jax.lax.psum(tree, REPLICA_AXIS)
 
 
 def packed(collective, tree: PyTree) -> PyTree:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, minibatches_do_not_divide
 
 # Keys that count something: each must be a positive integer wherever a config has it.
 POSITIVE_INTS = (
@@ -20,6 +20,7 @@ POSITIVE_INTS = (
     "runtime.num_envs_per_actor", "runtime.actor_threads_per_device",
     "runtime.updates_per_batch", "runtime.queue_size",
     "topology.num_devices", "topology.num_actors", "topology.num_learners",
+    "topology.runs", "topology.data",
     "agent.num_epochs", "agent.num_minibatches", "agent.n_step", "loss.n_step",
     "agent.target_update_period",
     "replay.batch_size", "replay.max_size", "checkpoints_to_keep", "eval_episodes",
@@ -99,13 +100,10 @@ def _check_minibatches(config: Any) -> None:
     return
   transitions = envs * length
   if transitions % minibatches:
-    fits = [n for n in range(1, min(transitions, 64) + 1) if transitions % n == 0]
-    raise ConfigError(
-        f"Each replica's update splits its `runtime.num_envs_per_device` x "
-        f"`runtime.rollout_length` = {envs} x {length} = {transitions} transitions into "
-        f"`agent.num_minibatches` = {minibatches} minibatches of equal size, which "
-        f"{transitions} does not allow; choose a divisor of {transitions} "
-        f"(e.g. {', '.join(map(str, fits[-4:]))}) or change the other two.")
+    raise minibatches_do_not_divide(
+        transitions, minibatches, f"transitions (`runtime.num_envs_per_device` x "
+        f"`runtime.rollout_length` = {envs} x {length} per replica)",
+        "`runtime.num_envs_per_device` or `runtime.rollout_length`")
 
 
 def _lookup(config: Any, dotted: str) -> Any:

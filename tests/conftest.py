@@ -47,6 +47,15 @@ pytest_plugins = ["podracer.testing_fixtures"]
 REVERB_LANE = "reverb_lane"
 
 
+def pytest_configure(config):
+  """In the default lane (current JAX), a DeprecationWarning raised from podracer's own
+  code is an error: the library moves off an API JAX deprecates before it is removed.
+  (The reverb lane pins an older JAX, whose warnings are about what it lacks.)"""
+  from tests.reverb_support import current_lane  # pylint: disable=import-outside-toplevel
+  if current_lane() != "reverb":
+    config.addinivalue_line("filterwarnings", "error::DeprecationWarning:podracer")
+
+
 def pytest_unconfigure(config):
   del config
   if _XLA_CACHE is not None:

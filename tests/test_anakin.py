@@ -8,12 +8,12 @@ import pytest
 
 from agents.ppo import PPO
 from agents.ppo.config import cartpole_anakin
-from podracer import builder, registry
+from podracer import builder, mesh, registry
 from podracer.components.losses import PPOLoss, policy_gradient_batch
 from podracer.errors import ConfigError, RecompilationError
 from podracer.metrics import MetricsLogger
 from podracer.runtimes.compile_once import compile_once
-from podracer.types import REPLICA_AXIS, ArraySpec, DiscreteSpec, EnvSpec, StepType, TimeStep
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType, TimeStep
 from podracer.types import Trajectory
 
 
@@ -85,8 +85,7 @@ def test_ppo_update_averages_gradients_across_replicas():
     return nets
 
   replicated = jax.tree.map(lambda x: jnp.stack([x, x]), nets)
-  updated = jax.pmap(update, axis_name=REPLICA_AXIS, devices=jax.local_devices()[:2])(
-      replicated, stacked)
+  updated = mesh.spmd(update, mesh.device_mesh(jax.local_devices()[:2]))(replicated, stacked)
 
   def grad_of(trajectory):
     batch = policy_gradient_batch(trajectory, agent.discount, agent.gae_lambda)

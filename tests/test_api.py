@@ -59,7 +59,7 @@ def test_a_changed_surface_is_not_recorded_without_its_changelog_line():
 
 class _Probe(NamedTuple):
   rounds: int
-  turns = deprecation.renamed_attribute("turns", "rounds", "0.6.0", removed_in="0.8.0")
+  turns = deprecation.renamed_attribute("turns", "rounds", "0.6.0", removed_in="0.9.0")
 
 
 def test_a_renamed_attribute_warns_once_with_the_new_name_and_gives_its_value():
@@ -71,9 +71,18 @@ def test_a_renamed_attribute_warns_once_with_the_new_name_and_gives_its_value():
     assert probe.turns == 8  # A second read: no second warning.
   assert len(caught) == 1 and caught[0].category is DeprecationWarning
   message = str(caught[0].message)
-  assert "`_Probe.rounds`" in message and "0.8.0" in message
+  assert "`_Probe.rounds`" in message and "0.9.0" in message and "90 days" in message
   assert caught[0].filename == __file__  # It points at the caller's line.
   assert "turns" not in _Probe._fields
+
+
+def test_a_shim_cannot_promise_a_removal_sooner_than_two_minor_versions():
+  # 0.6.0 deprecated `Plan.updates_per_call` and 0.7.0 removed it the same day.
+  with pytest.raises(ValueError, match="cannot be removed in 0.7.0.*2 minor versions"):
+    deprecation.renamed_attribute("updates_per_call", "updates_per_round", "0.6.0",
+                                  removed_in="0.7.0")
+  assert deprecation.removal("0.9.0") == "0.11.0"
+  assert deprecation.removal("0.9.0", "1.0.0") == "1.0.0"
 
 
 def test_plan_updates_per_call_is_gone_in_0_7_0_as_its_shim_said():

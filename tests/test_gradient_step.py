@@ -9,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 
+from podracer import mesh
 from podracer.learning import STEP, Objective, gradient_step, init_opt_state
 from podracer.types import REPLICA_AXIS, replica_mean
 
@@ -60,7 +61,7 @@ def test_each_optimizer_updates_only_what_it_owns_with_replica_mean_gradients():
     return gradient_step(OBJECTIVES, nets, opt_state, batch, jax.random.PRNGKey(0))
 
   replicate = lambda tree: jax.tree.map(lambda x: jnp.stack([x, x]), tree)
-  nets, new_opt, metrics = jax.pmap(step, axis_name=REPLICA_AXIS, devices=devices)(
+  nets, new_opt, metrics = mesh.spmd(step, mesh.device_mesh(devices))(
       replicate(NETS), replicate(opt_state), BATCHES)
 
   expected = expected_step(NETS, BATCHES)
@@ -81,9 +82,8 @@ def test_replica_mean_is_one_all_reduce_per_dtype_and_equals_pmean_per_leaf():
   devices = jax.local_devices()[:2]
   tree = dict(w=jnp.arange(12.0).reshape(2, 2, 3), b=jnp.array([[1.5], [-2.0]]),
               n=jnp.array([[3], [8]], jnp.int32), s=jnp.array([0.25, 4.0]))
-  per_leaf = jax.pmap(lambda t: jax.lax.pmean(t, REPLICA_AXIS), REPLICA_AXIS,
-                      devices=devices)
-  packed = jax.pmap(replica_mean, REPLICA_AXIS, devices=devices)
+  per_leaf = mesh.spmd(lambda t: jax.lax.pmean(t, REPLICA_AXIS), mesh.device_mesh(devices))
+  packed = mesh.spmd(replica_mean, mesh.device_mesh(devices))
   expected = per_leaf(tree)
   for k, v in packed(tree).items():
     assert v.dtype == expected[k].dtype and v.shape == expected[k].shape, k

@@ -7,9 +7,9 @@ import pytest
 
 from agents.impala import IMPALA
 from agents.impala.config import cartpole_anakin
-from podracer import registry
+from podracer import mesh, registry
 from podracer.components.losses import VTraceLoss, vtrace_batch
-from podracer.types import REPLICA_AXIS, ArraySpec, DiscreteSpec, EnvSpec, StepType
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType
 from podracer.types import TimeStep, Trajectory
 from tests.learning import assert_reached_and_held, launch_runs
 
@@ -51,8 +51,7 @@ def test_impala_update_applies_the_mean_gradient_of_the_replicas():
     return agent.update(nets, agent.init_opt(nets), experience, jax.random.PRNGKey(3))[0]
 
   replicated = jax.tree.map(lambda x: np.stack([x, x]), nets)
-  updated = jax.pmap(update, axis_name=REPLICA_AXIS, devices=jax.local_devices()[:2])(
-      replicated, stacked)
+  updated = mesh.spmd(update, mesh.device_mesh(jax.local_devices()[:2]))(replicated, stacked)
 
   def grad_of(trajectory):
     # Step by step, without flattening time and batch: the agent's reshapes must agree.

@@ -26,7 +26,8 @@ BAD_INPUTS = {
                             "`runtime.updates_per_call`"),
     "minibatches do not divide": (["--config=agents/ppo/config.py:cartpole_anakin",
                                    "--config.agent.num_minibatches=3"],
-                                  "4 x 128 = 512 transitions"),
+                                  "512 transitions (`runtime.num_envs_per_device` x "
+                                  "`runtime.rollout_length` = 4 x 128 per replica)"),
     "workdir not creatable": (["--config=agents/ppo/config.py:cartpole_anakin",
                                "--workdir=/proc/forbidden"], "--workdir=/proc/forbidden"),
     "seed beyond int64": (["--config=agents/ppo/config.py:cartpole_anakin",

@@ -2,8 +2,9 @@
 
 Per replica, one update is: a `lax.scan` over `rollout_length` steps of acting in a
 batch of JAX environments, then `agent.observe` and `agent.update`. `updates_per_call`
-updates are scanned together, and the whole thing is `pmap`ped over the topology's
-devices, so the host only launches it and reads metrics. The state is donated to each
+updates are scanned together, and the whole thing is compiled once over the topology's
+device mesh (podracer/mesh.py: `runs` x `data`, every device of every process), so the
+host only launches it and reads metrics. The state is donated to each
 call (updated in place) on accelerators and whenever it is large (see `_donates`).
 """
 
@@ -18,10 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import distributed
 from podracer import evaluation as evaluation_lib
+from podracer import mesh as mesh_lib
 from podracer import preemption, registry, trajectories
-from podracer.runs import RUNS_AXIS, Runs
+from podracer.runs import Runs
 from podracer.agent import Agent
 from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError
@@ -31,7 +32,7 @@ from podracer.metrics import RateMeter, Window, device_counts, episode_sums, war
 from podracer.runtime import Plan, Runtime, plan_rounds
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
-                            strip_weak_types)
+                            replica_sum, strip_weak_types)
 
 
 # Donating the state saves holding two copies of it at each call: that matters for a
@@ -75,7 +76,7 @@ class Anakin(Runtime):
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: AnakinOptions, plan: Plan, seed: int, runs: Optional[Runs] = None,
                agent_for: Optional[Callable[[Dict[str, Any]], Agent]] = None):
-    if not hasattr(topology, "devices") or not hasattr(topology, "num_replicas"):
+    if not hasattr(topology, "mesh") or not hasattr(topology, "num_replicas"):
       raise ConfigError("Anakin needs a topology that replicates over devices "
                         "(`topology.name=replicate`).")
     if host_replay(agent) is not None:
@@ -95,21 +96,23 @@ class Anakin(Runtime):
     # run's agent built by `agent_for` from its swept values (traced in the program).
     self.runs, self._agent_for = runs, agent_for
     self.num_runs = runs.num_runs if runs else 1
+    # The mesh: runs side by side on its `runs` axis (each device holds
+    # `runs_per_device` of them), each run's replicas on its `data` axis.
+    self.mesh = topology.mesh
+    self.mesh_runs, self.mesh_data = self.mesh.devices.shape
+    self.runs_per_device = self.num_runs // self.mesh_runs
     self._swept = self._hparams() if runs else None  # What each call passes its runs.
-    # With several processes the pmap spans every process's devices (distributed.py).
-    self.pmap_devices = devices = distributed.pmap_devices(topology.devices)
-    self._on_cpu = all(d.platform == "cpu" for d in devices)
+    self._placed_swept = None  # ... placed on the mesh, at the first call.
+    self._on_cpu = all(d.platform == "cpu" for d in self.mesh.devices.flat)
     state_bytes = self._state_bytes()
     self._check_memory(state_bytes)
     init, step = self._init_replica, compile_once(self._run_updates, "The Anakin step")
     if runs:
       # Runs are initialised one by one (see `init`), then stepped together.
       init = self._init_run
-      step = compile_once(jax.vmap(self._run_updates_of_run, axis_name=RUNS_AXIS),
-                          "The Anakin step")
-    self._init = jax.pmap(init, axis_name=REPLICA_AXIS, devices=devices)
-    self._step = jax.pmap(step, axis_name=REPLICA_AXIS, devices=devices,
-                          donate_argnums=(0,) if self._donates(state_bytes) else ())
+      step = compile_once(jax.vmap(self._run_updates_of_run), "The Anakin step")
+    self._init = mesh_lib.spmd(init, self.mesh)
+    self._step = mesh_lib.spmd(step, self.mesh, donate=self._donates(state_bytes))
 
   # -- program ---------------------------------------------------------------------
 
@@ -122,7 +125,7 @@ class Anakin(Runtime):
       return tree_bytes(jax.eval_shape(self._init_replica, key, key))
     check_sweep_traces(self.runs, self._abstract_run)
     first = {k: v[0] for k, v in self.runs.values().items()}
-    return self.num_runs * tree_bytes(jax.eval_shape(self._init_run, key, key, first))
+    return self.runs_per_device * tree_bytes(jax.eval_shape(self._init_run, key, key, first))
 
   def _abstract_run(self, values: Dict[str, Any]) -> Any:
     """One run's first update, traced for its shapes only (on a replica axis of one)."""
@@ -140,8 +143,8 @@ class Anakin(Runtime):
     trajectory = trajectories.trajectory_spec(
         self.agent, self.spec, self.num_envs_per_device, self.rollout_length)
     needed = state_bytes + 2 * tree_bytes(trajectory)
-    local = [d for d in self.pmap_devices if d.process_index == jax.process_index()]
-    needed += (self.num_runs - 1) * 2 * tree_bytes(trajectory)
+    local = mesh_lib.local_devices_of(self.mesh)
+    needed += (self.runs_per_device - 1) * 2 * tree_bytes(trajectory)
     if self._on_cpu:
       needed *= len(local)
     keys = ["runtime.num_envs_per_device", "runtime.rollout_length"]
@@ -158,37 +161,50 @@ class Anakin(Runtime):
     return not self._on_cpu or state_bytes >= DONATE_MIN_CPU_BYTES
 
   def init(self) -> AnakinState:
-    """Replicated state: equal parameters, different environments on each replica. Run r
-    of many starts from `runs.seeds[r]` exactly as a single run with that seed."""
+    """Equal parameters, different environments on each replica of a run. Run r of many
+    starts from `runs.seeds[r]` exactly as a single run with that seed."""
     if not self.runs:
-      return self._init(*self._replica_keys(self.seed))
-    # One call per run, stacked on a runs axis after the devices': XLA:CPU deadlocked on
-    # a vmapped init over several devices (batched QR of orthogonal initialisers, jaxlib
-    # 0.10: two in one program hang on 2+ host devices); a run's init is cheap anyway.
-    hparams = self._swept
-    states = [self._init(*self._replica_keys(seed), {k: v[:, r] for k, v in hparams.items()})
-              for r, seed in enumerate(self.runs.seeds)]
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs, axis=1), *states)
-    return self._place(stacked)
+      return self._init(*mesh_lib.put(self.mesh, self._replica_keys(lambda _: 0)))
+    # One call per run a device holds, stacked on a runs axis after the devices': XLA:CPU
+    # deadlocked on a vmapped init over several devices (batched QR of orthogonal
+    # initialisers, jaxlib 0.10: two in one program hang on 2+ host devices); a run's init
+    # is cheap anyway. Call j initialises the j-th run of every device.
+    states = [mesh_lib.local(self._init(*mesh_lib.put(self.mesh, self._replica_keys(
+        lambda group, j=j: group * self.runs_per_device + j)), self._hparams_of(j)))
+              for j in range(self.runs_per_device)]
+    return self._place(jax.tree.map(lambda *xs: np.stack(xs, axis=1), *states))
 
   def _place(self, state: AnakinState) -> AnakinState:
-    """`state` laid out as the step's outputs are (same axis name), so the step does not
-    compile again."""
-    return jax.pmap(lambda s: s, axis_name=REPLICA_AXIS, devices=self.pmap_devices)(state)
+    """This process's rows of `state` (host arrays) laid out as the step's outputs are,
+    so the step does not compile again."""
+    return mesh_lib.put(self.mesh, state)
 
-  def _replica_keys(self, seed: int):
-    """Per device: the parameters' key (the same on all) and the replica's own key."""
-    nets_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
+  def _rows(self):
+    """(run group, replica index) of each of this process's devices of the mesh."""
     first = jax.process_index() * self.topology.num_devices
-    replica_keys = np.stack([np.asarray(jax.random.fold_in(run_key, first + i))
-                             for i in range(self.topology.num_devices)])
-    return np.stack([np.asarray(nets_key)] * self.topology.num_devices), replica_keys
+    return [divmod(first + i, self.mesh_data) for i in range(self.topology.num_devices)]
+
+  def _replica_keys(self, run_of: Callable[[int], int]):
+    """Per device: the parameters' key (the same on a run's replicas) and the replica's
+    own key, from the seed of run `run_of(run group)` (the run's own seed)."""
+    seeds = self.runs.seeds if self.runs else [self.seed]
+    nets, replicas = [], []
+    for group, replica in self._rows():
+      nets_key, run_key = jax.random.split(jax.random.PRNGKey(seeds[run_of(group)]))
+      nets.append(np.asarray(nets_key))
+      replicas.append(np.asarray(jax.random.fold_in(run_key, replica)))
+    return np.stack(nets), np.stack(replicas)
 
   def _hparams(self) -> Dict[str, np.ndarray]:
-    """Each swept key's value per run, [devices, runs], as the program reads them."""
-    values = {k: np.asarray(v, np.float32 if isinstance(v[0], float) else np.int32)
-              for k, v in self.runs.values().items()}
-    return {k: np.stack([v] * self.topology.num_devices) for k, v in values.items()}
+    """Each swept key's value per run, [this process's devices, runs per device], each
+    device its own runs, as the program reads them."""
+    values, per = swept_values(self.runs), self.runs_per_device
+    return {k: np.stack([v[g * per:(g + 1) * per] for g, _ in self._rows()])
+            for k, v in values.items()}
+
+  def _hparams_of(self, j: int):
+    """The swept values of each device's j-th run, placed on the mesh."""
+    return mesh_lib.put(self.mesh, {k: v[:, j] for k, v in self._swept.items()})
 
   def _run_agent(self, hparams: Dict[str, Any]) -> Agent:
     """The agent of one run: built with its swept values (traced), or the agent."""
@@ -261,7 +277,7 @@ class Anakin(Runtime):
     state, (metrics, episodes) = jax.lax.scan(update, state, None,
                                               length=self.updates_per_call)
     # Episodes are summed over replicas here so the host reads one number per update.
-    episodes = jax.lax.psum(episodes, REPLICA_AXIS)
+    episodes = replica_sum(episodes)
     metrics = replica_mean(metrics)
     return state, (metrics, episodes)
 
@@ -269,11 +285,23 @@ class Anakin(Runtime):
 
   def step(self, state: AnakinState):
     """Runs `updates_per_call` updates on every replica: the new state, the metrics as
-    [U] numpy arrays and the episode sums [U, 3] (see `metrics.episode_sums`)."""
-    state, (metrics, episodes) = self._step(state, *([self._swept] if self.runs else []))
-    # Replicas agree after psum/pmean: read replica 0 only.
-    metrics, episodes = jax.device_get(jax.tree.map(lambda x: x[0], (metrics, episodes)))
+    [U] numpy arrays and the episode sums [U, 3] (see `metrics.episode_sums`); with many
+    runs, [R, U] and [R, U, 3]."""
+    if self.runs and self._placed_swept is None:
+      self._placed_swept = mesh_lib.put(self.mesh, self._swept)
+    state, out = self._step(state, *([self._placed_swept] if self.runs else []))
+    metrics, episodes = self.per_run(out)
     return state, metrics, episodes
+
+  def per_run(self, rows: Any) -> Any:
+    """Host arrays of each run from rows of the mesh: replica 0's row of a single run (a
+    run's replicas agree after psum/pmean); with many runs, each run's [R, ...], read from
+    the first replica of each run group."""
+    if not self.runs:
+      return jax.tree.map(lambda x: x[0], mesh_lib.local(rows))
+    gathered = mesh_lib.gather(rows) if self.mesh_runs > 1 else mesh_lib.local(rows)
+    return jax.tree.map(lambda x: x[::self.mesh_data].reshape(-1, *x.shape[2:])
+                        if self.mesh_runs > 1 else x[0], gathered)
 
   def _evaluator(self, evaluation: Any) -> Callable[[AnakinState, int], Any]:
     """`eval_return` of replica 0's parameters, on a fresh batch of environments; with
@@ -282,18 +310,26 @@ class Anakin(Runtime):
     if not self.runs:
       play = jax.jit(functools.partial(evaluation_lib.jax_return, self.agent, env))
       return lambda state, env_steps: float(play(
-          jax.tree.map(lambda x: x[0], state.agent.nets), evaluation.key(env_steps)))
-    hparams = jax.tree.map(lambda x: x[0], self._swept)
+          self.per_run(state.agent.nets), evaluation.key(env_steps)))
+    hparams = swept_values(self.runs)
     play_run = lambda nets, hp, key: evaluation_lib.jax_return(
         self._run_agent(hp), env, nets, key)
     play = jax.jit(jax.vmap(play_run, in_axes=(0, 0, None)))
     return lambda state, env_steps: [float(x) for x in play(
-        jax.tree.map(lambda x: x[0], state.agent.nets), hparams, evaluation.key(env_steps))]
+        self.per_run(state.agent.nets), hparams, evaluation.key(env_steps))]
 
   def _resume(self, state: AnakinState, checkpointer: Optional[Any]):
     """(state, first call): the latest checkpoint's, if any, else `state` and 0."""
     if checkpointer is None or checkpointer.latest() is None:
       return state, 0
+    saved = checkpointer.meta().get("mesh")  # None: before 0.9.0, one run per mesh row
+    if saved is not None and tuple(saved) != self.mesh.devices.shape:
+      raise ConfigError(
+          f"The checkpoint in {checkpointer.directory} was saved on a mesh of runs={saved[0]} "
+          f"x data={saved[1]} devices; this run's is runs={self.mesh_runs} x "
+          f"data={self.mesh_data} (`topology.runs`, `topology.data`). A run resumes on the "
+          f"mesh it had: relaunch with --config.topology.runs={saved[0]} "
+          f"--config.topology.data={saved[1]}, or with --fresh to start over.")
     state, first_call = checkpointer.restore(state)
     return self._place(state), first_call
 
@@ -319,7 +355,7 @@ class Anakin(Runtime):
           done = call + 1
           # Over several processes all agree here whether to save and stop (SIGTERM).
           if checkpointer is not None and checkpointer.maybe_save(
-              done, state, len(logger.records), env_steps=done * self.steps_per_call):
+              done, state, len(logger.records), **self._counters(done)):
             raise preemption.Terminated()
         if logger.target_reached:
           break
@@ -327,13 +363,15 @@ class Anakin(Runtime):
       # Ctrl-C is not deferred and may have cut a step short, leaving a donated state.
       if checkpointer is not None and not any(
           x.is_deleted() for x in jax.tree.leaves(state)):
-        checkpointer.save(done, state, len(logger.records),
-                          env_steps=done * self.steps_per_call)
+        checkpointer.save(done, state, len(logger.records), **self._counters(done))
       raise
     if checkpointer is not None:
-      checkpointer.save(done, state, len(logger.records),
-                        env_steps=done * self.steps_per_call)
+      checkpointer.save(done, state, len(logger.records), **self._counters(done))
     return state
+
+  def _counters(self, calls: int) -> Dict[str, Any]:
+    """What a checkpoint keeps beside the state: env steps, and the mesh it was laid on."""
+    return dict(env_steps=calls * self.steps_per_call, mesh=list(self.mesh.devices.shape))
 
 
 class _CallRecords:
@@ -380,6 +418,12 @@ class _CallRecords:
       logger.write_runs(records, compile_step=compile_step)
     else:
       logger.write(records[0], compile_step=compile_step)
+
+
+def swept_values(runs: Runs) -> Dict[str, np.ndarray]:
+  """Each swept key's value per run, [R], in the dtype the program reads."""
+  return {k: np.asarray(v, np.float32 if isinstance(v[0], float) else np.int32)
+          for k, v in runs.values().items()}
 
 
 def check_sweep_traces(runs: Runs, abstract_run: Callable[[Dict[str, Any]], Any]) -> None:

@@ -27,7 +27,7 @@ def _signature(args: Any) -> List[Tuple[str, str]]:
 
 
 def compile_once(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-  """Wraps `fn` (before jit/pmap) so that tracing it twice raises RecompilationError."""
+  """Wraps `fn` (before jit or mesh.spmd) so that tracing it twice raises RecompilationError."""
   first: List[Optional[List[Tuple[str, str]]]] = [None]
 
   @functools.wraps(fn)

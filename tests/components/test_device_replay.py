@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer import builder, registry
+from podracer import builder, mesh, registry
 from podracer.components.replay import Sample, importance_weights
 from podracer.metrics import RateMeter, device_counts
 from podracer.components.replay.device import DeviceReplay, DeviceReplayState
@@ -177,7 +177,7 @@ def test_scanned_adds_under_jit_compile_once():
 
 
 @pytest.mark.reverb_lane
-def test_pmap_replicas_sample_only_their_own_shard():
+def test_replicas_on_a_mesh_sample_only_their_own_shard():
   num = jax.local_device_count()
   assert num == 8
   replay = DeviceReplay(max_size=4, batch_size=32)
@@ -188,7 +188,8 @@ def test_pmap_replicas_sample_only_their_own_shard():
     return state, replay.sample(state, key)
 
   replicas = jnp.arange(num)
-  state, sample = jax.pmap(run)(replicas, jax.random.split(jax.random.PRNGKey(0), num))
+  state, sample = mesh.spmd(run, mesh.device_mesh(jax.local_devices()))(
+      replicas, jax.random.split(jax.random.PRNGKey(0), num))
   chex.assert_shape(sample.items["obs"], (num, 32, 3))
   np.testing.assert_array_equal(state.size, 3)
   owner = np.asarray(sample.items["action"]) // 100

@@ -73,7 +73,19 @@ def normalized(x: jax.Array, layer_norm: bool, name: str) -> jax.Array:
   return hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name=name)(x)
 
 
-class NatureCNN(hk.Module):
+class _ConvTorso(hk.Module):
+  """Convolutions, then a dense layer of `hidden_size` (layer-normed if `layer_norm`);
+  `channels_first` frames are moved to channels last first."""
+
+  def __init__(self, channels_first: bool, hidden_size: int, layer_norm: bool = False,
+               name: Optional[str] = None):
+    super().__init__(name=name)
+    self._channels_first = channels_first
+    self._hidden_size = hidden_size
+    self._layer_norm = layer_norm
+
+
+class NatureCNN(_ConvTorso):
   """The DQN Nature torso (Mnih et al. 2015): three VALID convs and a dense 512, all relu.
 
   84x84 inputs give 7x7x64 conv features; anything from 36x36 up works.
@@ -81,10 +93,7 @@ class NatureCNN(hk.Module):
 
   def __init__(self, channels_first: bool = True, hidden_size: int = 512,
                layer_norm: bool = False, name: Optional[str] = None):
-    super().__init__(name=name)
-    self._channels_first = channels_first
-    self._hidden_size = hidden_size
-    self._layer_norm = layer_norm
+    super().__init__(channels_first, hidden_size, layer_norm, name)
 
   def features(self, x: jax.Array) -> jax.Array:
     """The last conv layer's map [B, h, w, 64], before the dense layer (MuZero's
@@ -175,7 +184,7 @@ def _impala_features(module: ImpalaResNet, x: jax.Array) -> jax.Array:
   return x
 
 
-class MinAtarCNN(hk.Module):
+class MinAtarCNN(_ConvTorso):
   """The MinAtar torso (Young & Tian 2019): one 3x3 conv of 16 channels (stride 1) on the
   [10, 10, C] frame, relu, and a dense 128 with relu: small frames need no striding.
   The conv here pads SAME (a [10, 10, 16] map, 1,600 features); the paper's network and
@@ -184,10 +193,7 @@ class MinAtarCNN(hk.Module):
 
   def __init__(self, channels_first: bool = False, hidden_size: int = 128,
                layer_norm: bool = False, name: Optional[str] = None):
-    super().__init__(name=name)
-    self._channels_first = channels_first
-    self._hidden_size = hidden_size
-    self._layer_norm = layer_norm
+    super().__init__(channels_first, hidden_size, layer_norm, name)
 
   def features(self, x: jax.Array) -> jax.Array:
     """The conv layer's map [B, H, W, 16] (Haiku names it under `~features`)."""

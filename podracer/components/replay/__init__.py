@@ -12,7 +12,7 @@ every kind, so the agent's code does not change when `--config.replay.name` does
 
 Kinds (`kind` attribute):
   "device"  The buffer is a pytree inside the compiled program (Anakin; Sebulba learners).
-            Under pmap each replica owns its own shard of the buffer.
+            On a mesh each replica (device) owns its own shard of the buffer.
   "host"    The buffer is a server (Reverb, or `host`: host memory in this process,
             each environment's timeline stored once). The runtime inserts items and samples batches
             on the host; the in-graph state is the sampled batch (a `Sample`): `add` leaves

@@ -1,8 +1,8 @@
 """On-device prioritized replay: a FIFO ring buffer that lives inside the compiled program.
 
 The buffer is a pytree of fixed-size arrays (`DeviceReplayState`), and every method is a
-pure function of it, so a replay can be scanned, jitted and pmapped with the rest of the
-agent; under pmap each replica owns its own shard. `add` writes N items at `next_index`
+pure function of it, so a replay can be scanned, jitted and laid over a device mesh with the rest of the
+agent; each replica (device of the mesh) owns its own shard. `add` writes N items at `next_index`
 (wrapping, so the oldest items go first); `sample` draws `batch_size` slots with
 replacement, with probability p_i^alpha / sum_j p_j^alpha, by inverse CDF (a cumulative
 sum and binary searches: O(capacity + batch_size log capacity), so a prioritized draw
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
-from podracer.components.replay.table import check_table_args, default_error_buffer
+from podracer.components.replay.table import check_local_table, default_error_buffer
 from podracer.experience import Sample
 from podracer.memory import check_device_fits, tree_bytes
 from podracer.types import PyTree, strip_weak_types
@@ -86,13 +86,10 @@ class DeviceReplay:
     if checkpoint is False:
       raise ValueError("`checkpoint=False`: this replay's buffer is part of the learner's "
                        "state, which every checkpoint holds; it cannot be left out.")
-    if address is not None:
-      raise ValueError(f"`address` ({address!r}) names a Reverb server, but this replay "
-                       "lives on the devices; use `replay.name=reverb` to join a server.")
-    check_table_args(max_size=max_size, min_size=min_size, batch_size=batch_size,
-                     samples_per_insert=samples_per_insert, error_buffer=error_buffer,
-                     priority_exponent=priority_exponent, initial_priority=initial_priority,
-                     smallest_min_size=0)
+    check_local_table(address, "on the devices", max_size=max_size, min_size=min_size,
+                      batch_size=batch_size, samples_per_insert=samples_per_insert,
+                      error_buffer=error_buffer, priority_exponent=priority_exponent,
+                      initial_priority=initial_priority)
     self.samples_per_insert = samples_per_insert
     self.error_buffer = (float(error_buffer) if error_buffer is not None else
                          default_error_buffer(samples_per_insert or 1.0, batch_size))

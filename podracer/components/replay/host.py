@@ -51,7 +51,7 @@ import jax
 import numpy as np
 
 from podracer import registry
-from podracer.components.replay.table import check_table_args, default_error_buffer
+from podracer.components.replay.table import check_local_table, default_error_buffer
 from podracer.components.replay.sampled import SampledBatch
 from podracer.errors import ReplayTimeout
 from podracer.memory import check_fits, gib, host_memory
@@ -126,13 +126,10 @@ class HostReplay(SampledBatch):
       raise ValueError("`checkpoint=True`: the host replay's contents are not checkpointed "
                        "yet (a resumed run starts with an empty replay); leave "
                        "`replay.checkpoint` unset, or use the device or Reverb replay.")
-    if address is not None:
-      raise ValueError(f"`address` ({address!r}) names a Reverb server, but this replay "
-                       "lives in this process; use `replay.name=reverb` to join a server.")
-    check_table_args(max_size=max_size, min_size=min_size, batch_size=batch_size,
-                     samples_per_insert=samples_per_insert, error_buffer=error_buffer,
-                     priority_exponent=priority_exponent, initial_priority=initial_priority,
-                     timeout=timeout, smallest_min_size=0)
+    check_local_table(address, "in this process", max_size=max_size, min_size=min_size,
+                      batch_size=batch_size, samples_per_insert=samples_per_insert,
+                      error_buffer=error_buffer, priority_exponent=priority_exponent,
+                      initial_priority=initial_priority, timeout=timeout)
     self.batch_size, self.max_size, self.min_size = batch_size, max_size, min_size
     self.samples_per_insert = samples_per_insert
     self.error_buffer = (float(error_buffer) if error_buffer is not None else

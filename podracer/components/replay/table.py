@@ -29,6 +29,15 @@ def _number(name: str, value: Any, minimum: float, integer: bool, strict: bool =
                      f"{value!r}.")
 
 
+def check_local_table(address: Optional[str], lives: str, **table_args) -> None:
+  """A replay held here (`lives`: "on the devices", "in this process") joins no Reverb
+  server (`address` None), and its table could sample (`check_table_args`)."""
+  if address is not None:
+    raise ValueError(f"`address` ({address!r}) names a Reverb server, but this replay "
+                     f"lives {lives}; use `replay.name=reverb` to join a server.")
+  check_table_args(smallest_min_size=0, **table_args)
+
+
 def check_table_args(*, max_size: int, min_size: int, samples_per_insert: Optional[float],
                      error_buffer: Optional[float], priority_exponent: float,
                      batch_size: Optional[int] = None, initial_priority: Optional[float] = None,

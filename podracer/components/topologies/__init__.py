@@ -1,27 +1,32 @@
 """Device topologies: which devices run what.
 
-Anakin replicates one program over every learning device. (Sebulba's split into actor
-and learner devices lives beside it.) All local devices by default; with
-`jax.distributed.initialize()` each host runs the same program over its local devices
-and `replica_mean` spans all hosts.
+Anakin lays one program over a mesh of every learning device of every process
+(podracer/mesh.py): its `runs` axis holds runs side by side, its `data` axis one run's
+replicas. (Sebulba's split into actor and learner devices lives beside it.) All local
+devices by default; with `jax.distributed.initialize()` each host runs the same program
+over its local devices and the mesh, so `replica_mean`, spans all hosts.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import jax
 
-from podracer import registry
+from podracer import distributed, registry
+from podracer import mesh as mesh_lib
 from podracer.errors import ConfigError
 
 
 @registry.topologies.register("replicate")
 class Replicate:
-  """Replicates the whole program over `num_devices` local devices (all by default)."""
+  """The whole program over `num_devices` local devices (all by default) of every process,
+  as a mesh of `runs` x `data` devices (podracer/mesh.py: by default runs spread over the
+  devices when `num_runs` is a multiple of their count, else each run uses them all)."""
 
-  def __init__(self, num_devices: Optional[int] = None, platform: Optional[str] = None):
+  def __init__(self, num_devices: Optional[int] = None, platform: Optional[str] = None,
+               runs: Optional[int] = None, data: Optional[int] = None):
     devices = jax.local_devices(backend=platform) if platform else jax.local_devices()
     if num_devices is not None:
       if not 1 <= num_devices <= len(devices):
@@ -29,8 +34,27 @@ class Replicate:
             f"Config key `topology.num_devices` is {num_devices}, but this host has "
             f"{len(devices)} {devices[0].platform} device(s).")
       devices = devices[:num_devices]
-    # The local devices the whole program is replicated over (one replica each).
+    # This process's devices of the mesh (one row of every array each).
     self.devices: List[jax.Device] = devices
+    self._asked = (runs, data)
+    self._shape: Optional[Tuple[int, int]] = None
+
+  def arrange(self, num_runs: int) -> Tuple[int, int]:
+    """Lays `num_runs` runs on the mesh: (devices on its runs axis, on its data axis);
+    a split that does not fit is a ConfigError naming the keys (podracer/mesh.py)."""
+    self._shape = mesh_lib.mesh_shape(self.num_devices * jax.process_count(), num_runs,
+                                      *self._asked)
+    return self._shape
+
+  @property
+  def shape(self) -> Tuple[int, int]:
+    """(runs, data): as `arrange` laid the runs out, else for one run."""
+    return self._shape or self.arrange(1)
+
+  @property
+  def mesh(self) -> "jax.sharding.Mesh":
+    """The mesh over this topology's devices of every process (process-major)."""
+    return mesh_lib.device_mesh(distributed.mesh_devices(self.devices), self.shape[0])
 
   @property
   def num_devices(self) -> int:
@@ -38,11 +62,13 @@ class Replicate:
 
   @property
   def num_replicas(self) -> int:
-    """Replicas across all hosts (equal to `num_devices` on one host)."""
-    return self.num_devices * jax.process_count()
+    """Replicas of one run (the mesh's data axis): all devices of all hosts by default."""
+    return self.shape[1]
 
   def __repr__(self) -> str:
-    return f"Replicate({self.num_devices} x {self.devices[0].platform})"
+    runs, data = self.shape
+    layout = f", mesh runs={runs} x data={data}" if runs > 1 else ""
+    return f"Replicate({self.num_devices} x {self.devices[0].platform}{layout})"
 
 
 @registry.topologies.register("actor_learner")
@@ -87,7 +113,7 @@ class ActorLearner:
       sys.stderr.write(f"Warning: devices {shared} both act and learn "
                        f"(topology.actor_devices and topology.learner_devices overlap): "
                        "their inference and updates share the device.\n")
-    # The devices the actor threads run inference on, and those the learner's pmapped
+    # The devices the actor threads run inference on, and those the learner's update
     # update runs over (its replicas); both lists hold this process's local devices.
     self.actor_devices: List[jax.Device] = actors
     self.learner_devices: List[jax.Device] = learners

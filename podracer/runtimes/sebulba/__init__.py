@@ -7,7 +7,7 @@ Threads, all started and stopped by `Sebulba.run` (runtime.py):
            and hands it to an output: split along B over the learner devices and queued
            (`ToLearners`), or inserted into a host replay (`ToReplay`).
   learner  (learner.py) one loop over a batch source: the queued trajectories
-           (`FromQueue`: observe + `updates_per_batch` x update, pmapped over the learner
+           (`FromQueue`: observe + `updates_per_batch` x update, over the learner
            devices) or a host replay's samples (`FromReplay`); pushes the new parameters
            to every actor device (params.py) after each update.
   main     supervises: logs metrics, and stops everything within a second when a thread

@@ -22,6 +22,7 @@ import numpy as np
 
 from podracer import evaluation as evaluation_lib
 from podracer import contracts, distributed, preemption
+from podracer import mesh as mesh_lib
 from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Runtime
@@ -29,7 +30,25 @@ from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Batch, ToLearners, act_and_advance_key
 from podracer.runtimes.sebulba.learner import Learner, Progress, StopVote
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, first_replica
-from podracer.types import REPLICA_AXIS, Trajectory, strip_weak_types
+from podracer.types import Trajectory, strip_weak_types
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerOptions:
+  """The `runtime.*` keys of Sebulba's learner, which SEED shares (see each runtime's
+  Options for what they mean there)."""
+  rollout_length: int = 32
+  updates_per_batch: int = 1
+  queue_size: int = 2
+  log_interval: float = 1.0
+  max_policy_lag: Optional[int] = None
+  inject_failure: str = ""
+
+  def __post_init__(self):
+    lag = self.max_policy_lag
+    if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
+      raise ConfigError(f"`runtime.max_policy_lag` is a number of learner updates >= 0, or "
+                        f"None for no bound; got {lag!r}.")
 
 
 class HostRuntime(Runtime):
@@ -57,9 +76,8 @@ class HostRuntime(Runtime):
 
   def _use_path(self, path: Any) -> None:
     self.path, self.replay = path, path.replay
-    self._init_learner = jax.pmap(self._init_replica, axis_name=REPLICA_AXIS,
-                                  devices=distributed.pmap_devices(
-                                      self.topology.learner_devices))
+    self.learner_mesh = mesh_lib.learner_mesh(self.topology.learner_devices)
+    self._init_learner = mesh_lib.spmd(self._init_replica, self.learner_mesh)
 
   def trajectory_spec(self, num_envs: int) -> Trajectory:
     """Shapes of a [T+K, num_envs, ...] trajectory, without running."""
@@ -71,8 +89,8 @@ class HostRuntime(Runtime):
 
   def _start_learner(self) -> List[Any]:
     n = len(self.topology.learner_devices)
-    nets, opt, experience = self._init_learner(
-        np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n))
+    nets, opt, experience = self._init_learner(mesh_lib.put(
+        self.learner_mesh, np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n)))
     return [nets, opt, experience]
 
   def run_actors(self, seconds: float, warmup_batches: Optional[int] = None) -> float:
@@ -118,9 +136,8 @@ class HostRuntime(Runtime):
   def _restore(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
     """Puts the latest checkpoint's learner state, key and counters in place."""
     saved, _ = checkpointer.restore(dict(learner=tuple(state), key=learner.key))
-    # Placed as `_init_learner` places it, sharded over the learner devices.
-    state[:] = jax.pmap(lambda s: s, axis_name=REPLICA_AXIS,
-                        devices=self.topology.learner_devices)(saved["learner"])
+    # Placed as `_init_learner` places it, one row on each learner device.
+    state[:] = mesh_lib.put(self.learner_mesh, saved["learner"])
     learner.key = saved["key"]
     meta = checkpointer.meta()
     learner.progress = Progress(**{k: int(meta[k]) for k in ("env_steps", "updates",

@@ -2,7 +2,7 @@
 
 A source says what each update learns from:
   FromQueue   the trajectories actors queued, already sharded over the learner devices:
-              `observe` + `updates_per_batch` x `update`, pmapped over the learners.
+              `observe` + `updates_per_batch` x `update`, over the learners' mesh.
   FromReplay  batches sampled from a host replay as fast as its rate limiter allows; the
               actors' queue brings only their statistics; new priorities go back. In
               turns (`in_turns`, Sebulba's `max_policy_lag=0`) each step waits for one
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import distributed
+from podracer import mesh as mesh_lib
 from podracer.agent import Agent
 from podracer.errors import ReplayTimeout
 from podracer.experience import HostReplay, sample_for_replicas
@@ -62,9 +63,9 @@ class FromQueue:
     self.agent, self.batches = agent, batches
     self.updates_per_batch = updates_per_batch
     self.meter = RateMeter()  # Rates of a device replay on the learners, if any.
-    self._learn = jax.pmap(compile_once(self._learn_replica, "The Sebulba learner step"),
-                           axis_name=REPLICA_AXIS, devices=distributed.pmap_devices(learners),
-                           donate_argnums=(0,))
+    self.mesh = mesh_lib.learner_mesh(learners)
+    self._learn = mesh_lib.spmd(compile_once(self._learn_replica, "The Sebulba learner step"),
+                                self.mesh, donate=True)
 
   def _learn_replica(self, state, trajectory, key):
     nets, opt, experience = state
@@ -84,7 +85,7 @@ class FromQueue:
     return None if batch is None else Step(batch.shards, [batch])
 
   def learn(self, state: LearnerState, shards: Any, keys: np.ndarray):
-    return self._learn(state, shards, keys)
+    return self._learn(state, shards, mesh_lib.feed(self.mesh, keys))
 
   def extras(self, state: LearnerState) -> Dict[str, float]:
     counts = device_counts(self.agent.replay, state[2])
@@ -105,10 +106,10 @@ class FromReplay:
     # Mean env steps since the sampled items were inserted, per batch since the last
     # record; from a replay that can tell (the host replay: `sampled_age`).
     self._ages: List[float] = []
-    self._learn = jax.pmap(compile_once(self._learn_replica,
-                                        "The Sebulba replay learner step"),
-                           axis_name=REPLICA_AXIS, devices=distributed.pmap_devices(learners),
-                           donate_argnums=(0,))
+    self.mesh = mesh_lib.learner_mesh(learners)
+    self._learn = mesh_lib.spmd(compile_once(self._learn_replica,
+                                             "The Sebulba replay learner step"),
+                                self.mesh, donate=True)
 
   def _learn_replica(self, nets_opt, sample, key):
     nets, opt = nets_opt
@@ -175,8 +176,9 @@ class FromReplay:
 
   def _learn_sample(self, state: LearnerState, inputs: Any, keys: np.ndarray):
     sample, replay_keys = inputs
-    (nets, opt), priorities, metrics = self._learn(state[:2], sample, keys)
-    self.replay.write_priorities(replay_keys, np.asarray(priorities).reshape(-1))
+    (nets, opt), priorities, metrics = self._learn(state[:2], sample,
+                                                   mesh_lib.feed(self.mesh, keys))
+    self.replay.write_priorities(replay_keys, mesh_lib.local(priorities).reshape(-1))
     self.gradient_steps += 1
     return (nets, opt, None), metrics
 
@@ -213,12 +215,13 @@ class StopVote:
 
   def __init__(self, learners: List[jax.Device], target_reached: Callable[[], bool]):
     self.target_reached, self.num_learners = target_reached, len(learners)
-    self._max = jax.pmap(lambda x: jax.lax.pmax(x, REPLICA_AXIS), REPLICA_AXIS,
-                         devices=distributed.pmap_devices(learners))
+    self.mesh = mesh_lib.learner_mesh(learners)
+    self._max = mesh_lib.spmd(lambda x: jax.lax.pmax(x, REPLICA_AXIS), self.mesh)
 
   def __call__(self) -> bool:
     vote = distributed.is_main() and self.target_reached()
-    return bool(self._max(np.full(self.num_learners, vote, np.int32))[0])
+    votes = mesh_lib.feed(self.mesh, np.full(self.num_learners, vote, np.int32))
+    return bool(mesh_lib.local(self._max(votes))[0])
 
 
 class Learner:
@@ -311,7 +314,7 @@ class Learner:
       self.store.advance(self.progress.updates + 1)
     else:
       self.store.push(first_replica(new_state[0]), self.progress.updates + 1)
-      window.add_metrics(jax.device_get(jax.tree.map(lambda x: x[0], metrics)))
+      window.add_metrics(jax.device_get(first_replica(metrics)))
     window.add_mean("learner_update_time", time.perf_counter() - start)
     state[:] = list(new_state)
     self.key, self.progress.updates = key, self.progress.updates + 1

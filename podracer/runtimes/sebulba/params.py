@@ -10,8 +10,9 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import jax
 import numpy as np
 
+from podracer import mesh as mesh_lib
 from podracer.runtimes.sebulba.threads import POLL
-from podracer.types import REPLICA_AXIS, PyTree
+from podracer.types import PyTree
 
 
 class ParamsStore:
@@ -88,21 +89,13 @@ class PolicyLagBound:
       self._turn.notify_all()
 
 
-def first_replica(tree: PyTree) -> PyTree:
-  """Replica 0's copy of pmapped output, still on its learner device."""
-  return jax.tree.map(lambda x: x.addressable_shards[0].data[0], tree)
+first_replica = mesh_lib.first_row  # Replica 0's copy of the learners' output.
 
 
 def shard_over(devices: List[jax.Device], split: PyTree) -> PyTree:
-  """[L, ...] arrays (anywhere) -> arrays sharded over the L `devices`, slice i on i."""
-  mesh = jax.sharding.Mesh(np.array(devices), (REPLICA_AXIS,))
-  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(REPLICA_AXIS))
-
-  def shard(x):
-    pieces = [jax.device_put(x[i:i + 1], d) for i, d in enumerate(devices)]
-    return jax.make_array_from_single_device_arrays(x.shape, sharding, pieces)
-
-  return jax.tree.map(shard, split)
+  """[L, ...] arrays (anywhere) -> the learner mesh's arrays, slice i on `devices[i]`
+  (this process's learners; with several processes, theirs sit beside them)."""
+  return mesh_lib.put(mesh_lib.learner_mesh(devices), split)
 
 
 def checksum(tree: PyTree) -> str:

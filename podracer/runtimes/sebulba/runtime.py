@@ -17,7 +17,7 @@ from podracer.runtime import Plan, plan_rounds
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Actor
 from podracer.runtimes.sebulba.actor import act_and_advance_key
-from podracer.runtimes.sebulba.host import HostEvaluator, HostRuntime
+from podracer.runtimes.sebulba.host import HostEvaluator, HostRuntime, LearnerOptions
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound
 from podracer.runtimes.sebulba.paths import REPLAY_DIR, data_path
 
@@ -25,7 +25,7 @@ __all__ = ["Sebulba", "SebulbaOptions", "HostEvaluator", "REPLAY_DIR"]
 
 
 @dataclasses.dataclass(frozen=True)
-class SebulbaOptions:
+class SebulbaOptions(LearnerOptions):
   """`runtime.*`: `num_envs_per_actor` environments per actor thread (divisible by the
   number of learner devices unless a host replay takes the trajectories),
   `actor_threads_per_device`, `rollout_length` steps per trajectory, `updates_per_batch`
@@ -39,15 +39,10 @@ class SebulbaOptions:
   way, to test that failures stop the run)."""
   num_envs_per_actor: int = 16
   actor_threads_per_device: int = 2
-  rollout_length: int = 32
-  updates_per_batch: int = 1
-  queue_size: int = 2
-  log_interval: float = 1.0
-  max_policy_lag: Optional[int] = None
   env_mode: str = "sync"
-  inject_failure: str = ""
 
   def __post_init__(self):
+    super().__post_init__()
     if self.env_mode not in ("sync", "async"):
       raise ConfigError(f"`runtime.env_mode` is 'sync' or 'async', got {self.env_mode!r}.")
     envs = self.num_envs_per_actor
@@ -56,10 +51,6 @@ class SebulbaOptions:
                         f"`runtime.num_envs_per_actor` environments into two halves, so it "
                         f"must be even, got {envs}; set --config.runtime.num_envs_per_actor="
                         f"{envs + 1} or --config.runtime.env_mode=sync.")
-    lag = self.max_policy_lag
-    if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
-      raise ConfigError(f"`runtime.max_policy_lag` is a number of learner updates >= 0, or "
-                        f"None for no bound; got {lag!r}.")
     if self.inject_failure not in ("", "actor", "learner"):
       raise ConfigError("`runtime.inject_failure` is '', 'actor' or 'learner'.")
 

@@ -21,7 +21,7 @@ from podracer.agent import Agent
 from podracer.errors import ConfigError, EnvironmentWorkerError
 from podracer.runtime import Plan, plan_rounds
 from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.host import HostRuntime
+from podracer.runtimes.sebulba.host import HostRuntime, LearnerOptions
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound
 from podracer.runtimes.sebulba.paths import data_path
 from podracer.runtimes.seed.server import InferenceServer, Seats
@@ -36,7 +36,7 @@ def _key_error(key: str, message: str) -> ConfigError:
 
 
 @dataclasses.dataclass(frozen=True)
-class SeedOptions:
+class SeedOptions(LearnerOptions):
   """`runtime.*`: `num_local_workers` worker processes started by the run (0: workers
   are started by hand, `num_workers` of them), `envs_per_worker` environments each,
   `envs_per_batch` environments per learner batch (a multiple of `envs_per_worker`),
@@ -53,11 +53,6 @@ class SeedOptions:
   num_workers: Optional[int] = None
   envs_per_worker: int = 16
   envs_per_batch: int = 32
-  rollout_length: int = 32
-  updates_per_batch: int = 1
-  queue_size: int = 2
-  max_policy_lag: Optional[int] = None
-  log_interval: float = 1.0
   address: str = "localhost:0"
   transport: str = "auto"
   inference_batch_size: Optional[int] = None
@@ -65,9 +60,9 @@ class SeedOptions:
   inference_threads_per_device: int = 2
   worker_timeout: float = 30.0
   max_worker_restarts: int = 3
-  inject_failure: str = ""
 
   def __post_init__(self):
+    super().__post_init__()
     bw = self.envs_per_worker
     for key in ("envs_per_worker", "envs_per_batch", "rollout_length", "updates_per_batch",
                 "queue_size", "inference_threads_per_device"):
@@ -97,10 +92,6 @@ class SeedOptions:
                        f"{self.transport!r}.")
     if self.inject_failure not in ("", "inference", "learner"):
       raise _key_error("inject_failure", "is '', 'inference' or 'learner'.")
-    lag = self.max_policy_lag
-    if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int) or lag < 0):
-      raise _key_error("max_policy_lag", f"is a number of learner updates >= 0, or None; "
-                       f"got {lag!r}.")
     try:
       transport.split_address(self.address)
     except ValueError as e:
