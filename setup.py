@@ -44,11 +44,12 @@ INSTALL_REQUIRES = [
     "rlax>=0.1.7",
     # TensorBoard event files without TensorFlow (needs protobuf only).
     "tensorboardX>=2.6",
-    # Checkpoints (podracer/checkpoint.py).
+    # Checkpoints (podracer/lifecycle/checkpoint.py).
     "orbax-checkpoint>=0.11.5",
-    # Memory checks before allocation (podracer/memory.py).
+    # Memory checks before allocation (podracer/lifecycle/memory.py).
     "psutil>=5.9",
-    # SEED's workers on other machines (podracer/transport.py); dm-reverb brings 1.85 too.
+    # SEED's workers on other machines (podracer/distributed/transport.py); dm-reverb
+    # brings 1.85 too.
     "grpcio>=1.60",
     # Reports across runs (podracer/report.py): IQM and stratified bootstrap intervals.
     # Its arch (7.2) breaks on pandas 3's deprecation helper, so pandas stays below 3.
@@ -78,7 +79,7 @@ EXTRAS_REQUIRE = {
     "testing": ["pytest"],
     # The `tensorboard` command, to look at the event files runs write (tensorboardX).
     "tensorboard": ["tensorboard"],
-    # The `wandb` logger (podracer/wandb_log.py): Weights & Biases, offline by default.
+    # The `wandb` logger (podracer/logs/wandb.py): Weights & Biases, offline by default.
     "wandb": ["wandb>=0.19"],
     "gymnasium": ["gymnasium"],
     # JAX environment suites for Anakin (gymnax: classic control, bsuite, MinAtar; Brax:

@@ -1,6 +1,6 @@
 """Anakin throughput: PPO on CartPole against the bare environment, acting alone, and a
 hand-fused single-file PPO (benchmarks/ppo_reference.py, the ceiling to beat); with
---num_runs, many runs in one program (podracer/runs.py) against one.
+--num_runs, many runs in one program (podracer/config/runs.py) against one.
 
   python benchmarks/anakin.py [--num_envs=4,16,64,256,1024] [--repeats=5]
   python benchmarks/anakin.py --num_runs=1,4,16,64 [--num_envs=4]

@@ -14,7 +14,7 @@ a time limit bootstraps, the step after LAST is the reset and teaches nothing), 
 two differ only in the agent. podracer's side is `python -m podracer.launch` of
 `agents/dqn/config.py:cartpole_anakin` with `--config.num_runs` seeds in one program and
 `--podracer_args` appended. "held" is the mean over the last 20 % of the records
-(`podracer.metrics.tail_mean`): for the reference, of the mean return of the episodes
+(`podracer.logs.metrics.tail_mean`): for the reference, of the mean return of the episodes
 each 10,240 env steps ended.
 """
 
@@ -42,7 +42,7 @@ sys.path.insert(0, ROOT)
 from podracer.components.environments.base import VectorEnv  # noqa: E402
 from podracer.components.environments.cartpole import CartPole  # noqa: E402
 from podracer.components.networks import q_network  # noqa: E402
-from podracer.metrics import tail_mean  # noqa: E402
+from podracer.logs.metrics import tail_mean  # noqa: E402
 from podracer.types import StepType  # noqa: E402
 
 # PureJaxRL's CartPole-v1 DQN settings (purejaxrl/dqn.py's config).

@@ -27,7 +27,7 @@ from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from podracer.metrics import tail_mean  # pylint: disable=g-import-not-at-top,wrong-import-position
+from podracer.logs.metrics import tail_mean  # pylint: disable=wrong-import-position
 
 
 class Case(NamedTuple):

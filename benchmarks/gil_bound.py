@@ -26,7 +26,7 @@ from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from podracer.metrics import tail_mean  # pylint: disable=g-import-not-at-top,wrong-import-position
+from podracer.logs.metrics import tail_mean  # pylint: disable=wrong-import-position
 
 _COSTS = flags.DEFINE_list("cost_us", ["100"], "Microseconds of Python work per env step.")
 _STEPS = flags.DEFINE_integer("total_env_steps", 200_000, "Budget of each run.")

@@ -21,7 +21,8 @@ import numpy as np
 from ml_collections import config_dict
 
 from agents.ppo.config import cartpole_sebulba
-from podracer import configs, registry
+from podracer import registry
+from podracer.config import presets
 from podracer.components.environments import HostEnvironment, episode_stats
 from podracer.components.environments.host import env_seeds, host_timestep
 from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType
@@ -114,7 +115,7 @@ def sebulba() -> config_dict.ConfigDict:
   """PPO cartpole_sebulba's agent on `python_cartpole`: 2 actor threads x 16 environments
   on one device that acts and learns, policy lag 1."""
   c = cartpole_sebulba()
-  c.env = configs.section("python_cartpole", cost_us=100.0, max_episode_steps=500)
+  c.env = presets.section("python_cartpole", cost_us=100.0, max_episode_steps=500)
   c.runtime.num_envs_per_actor = 16
   c.total_env_steps = 200_000
   c.topology.actor_devices, c.topology.learner_devices = (0,), (0,)
@@ -124,7 +125,7 @@ def sebulba() -> config_dict.ConfigDict:
 def seed() -> config_dict.ConfigDict:
   """The same agent and environments under SEED: 2 worker processes x 16 environments,
   one worker's rollouts per learner batch, as Sebulba's actor threads hand theirs over."""
-  return configs.seed(sebulba(), num_local_workers=2, envs_per_worker=16)
+  return presets.seed(sebulba(), num_local_workers=2, envs_per_worker=16)
 
 
-get_config = configs.getter("gil_env", {"sebulba": sebulba, "seed": seed}, default="sebulba")
+get_config = presets.getter("gil_env", {"sebulba": sebulba, "seed": seed}, default="sebulba")

@@ -13,7 +13,7 @@ first, which includes compilation), the first env steps at which the mean return
 all of them. `--num_envs` sets every agent's environments per device (the same
 environments for a speed comparison; the configs' own otherwise: PPO 64, PQN 128, DQN 16).
 `--eval_interval` (env steps; 0: none) adds the greedy policy's return
-(`podracer/evaluation.py`: `eval_episodes` episodes each time, training unchanged) and
+(`podracer/lifecycle/evaluation.py`: `eval_episodes` episodes each time, training unchanged) and
 its mean over the last 20 % of the evaluations, the "eval held" column: a training
 return includes exploration (PQN's epsilon, PPO's sampling), an evaluation does not.
 
@@ -49,7 +49,7 @@ _EVAL_EPISODES = flags.DEFINE_integer("eval_episodes", 32, "Episodes per evaluat
 
 def _tail_mean(records: list, key: str) -> Optional[float]:
   """Mean of `key` over the last 20 % of the records that have it (at least one)."""
-  from podracer.metrics import tail_mean  # pylint: disable=import-outside-toplevel
+  from podracer.logs.metrics import tail_mean  # pylint: disable=import-outside-toplevel
   return tail_mean([r[key] for r in records if key in r])
 
 

@@ -44,7 +44,7 @@ def measure(num_processes: int, devices: int) -> float:
       env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
       command = [sys.executable, "-m", "podracer.launch", *args]
     else:
-      command = [sys.executable, "-m", "podracer.launch_local",
+      command = [sys.executable, "-m", "podracer.distributed.launch_local",
                  f"--num_processes={num_processes}",
                  f"--devices_per_process={devices // num_processes}", "--", *args]
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)

@@ -68,7 +68,7 @@ def _ratio(split, base) -> str:
 def main(argv):
   del argv
   import jax
-  from podracer.metrics import windowed_returns
+  from podracer.logs.metrics import windowed_returns
 
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPU "
         f"core(s), Python {platform.python_version()}, "

@@ -401,7 +401,7 @@ def seed_section(rows: Rows, quick: bool, args) -> None:
   """SEED against Sebulba with the same environments, both learning."""
   from agents.impala import config as impala_config  # pylint: disable=import-outside-toplevel
   from benchmarks.seed import full_run  # pylint: disable=import-outside-toplevel
-  from podracer import configs  # pylint: disable=import-outside-toplevel
+  from podracer.config import presets  # pylint: disable=import-outside-toplevel
   del args
   config = impala_config.cartpole_seed() if quick else impala_config.pong_seed()
   config.topology.actor_devices, config.topology.learner_devices = (0,), (0,)
@@ -418,7 +418,7 @@ def seed_section(rows: Rows, quick: bool, args) -> None:
   rows.add(f"{task}: SEED inference latency p50", p50, "ms")
   rows.add(f"{task}: SEED inference latency p99", p99, "ms")
   twin = config.copy_and_resolve_references()
-  twin.runtime = configs.sebulba_runtime(total // 2, config.runtime.rollout_length,
+  twin.runtime = presets.sebulba_runtime(total // 2, config.runtime.rollout_length,
                                          max_policy_lag=config.runtime.max_policy_lag)
   sebulba = rows.add(f"{task}: Sebulba full, 2 actor threads x {total // 2} envs",
                      full_run(twin, seconds)[0], "env steps/s")

@@ -36,7 +36,7 @@ _SECONDS = flags.DEFINE_float("seconds", 10.0, "Seconds per measurement.")
 
 
 def round_trips(transport_kind: str, payload: bytes, seconds: float) -> float:
-  from podracer import transport
+  from podracer.distributed import transport
 
   class Echo(transport.Session):
     def handle(self, kind, data):
@@ -63,7 +63,8 @@ def workers_alone(config, workers: int, seconds: float) -> float:
   """Env steps/s of `workers` local workers against a server answering random actions."""
   import numpy as np
 
-  from podracer import builder, transport
+  from podracer import builder
+  from podracer.distributed import transport
   from podracer.runtimes.seed.workers import LocalWorkers
 
   runtime = builder.build(config).runtime
@@ -105,7 +106,7 @@ def full_run(config, seconds: float):
   """(median env steps/s, median inference_fill, p50, p99) over `seconds` of a run, after
   its first two records (compilation)."""
   from podracer import builder
-  from podracer.metrics import MetricsLogger
+  from podracer.logs.metrics import MetricsLogger
 
   runtime = builder.build(config).runtime
   logger = MetricsLogger(stream=None)
@@ -128,7 +129,8 @@ def full_run(config, seconds: float):
 def main(argv):
   del argv
   import agents  # noqa: F401 -- registers the agents
-  from podracer import builder, configs
+  from podracer import builder
+  from podracer.config import presets
 
   base = _CONFIG.value
   base.topology.actor_devices, base.topology.learner_devices = (0,), (0,)
@@ -160,7 +162,7 @@ def main(argv):
           f"{p50:>7.2f} {p99:>7.2f}", flush=True)
   twin = base.copy_and_resolve_references()
   total = counts[-1] * bw
-  twin.runtime = configs.sebulba_runtime(total // 2, base.runtime.rollout_length,
+  twin.runtime = presets.sebulba_runtime(total // 2, base.runtime.rollout_length,
                                          max_policy_lag=base.runtime.max_policy_lag)
   sebulba_sps = full_run(twin, seconds)[0]
   print(f"\nsebulba, 2 actor threads x {total // 2}: {sebulba_sps:,.0f} env steps/s")

@@ -81,7 +81,7 @@ def acting_only(runtime, updates: int):
 def full_sps(config, seconds: float) -> float:
   """Median steps/s of the whole runtime's records over `seconds` after its first three."""
   from podracer import builder
-  from podracer.metrics import MetricsLogger
+  from podracer.logs.metrics import MetricsLogger
 
   class TimedLogger(MetricsLogger):
     """Ends the run (as a reached target would) `seconds` after the warm-up records."""

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from podracer import configs, registry
+from podracer import registry
+from podracer.config import presets
 from podracer.agent import Agent
 from podracer.components.environments import Environment, restart, transition
 from podracer.components.losses import categorical_log_prob, policy_gradient_batch
@@ -167,13 +168,13 @@ class LinesLogger(Logger):
 
 
 def get_config():
-  c = configs.experiment(total_env_steps=8 * 16 * 8 * 6)  # 6 calls of 8 updates.
-  c.env = configs.section("coin", flips=4)
-  c.agent = configs.section("actor_critic", discount=0.9)
-  c.network = configs.section("tiny_actor_critic", hidden_size=32)
-  c.loss = configs.section("reinforce_baseline", value_coef=0.5)
-  c.optimizer = configs.section("sgd_to_zero", learning_rate=0.5)
+  c = presets.experiment(total_env_steps=8 * 16 * 8 * 6)  # 6 calls of 8 updates.
+  c.env = presets.section("coin", flips=4)
+  c.agent = presets.section("actor_critic", discount=0.9)
+  c.network = presets.section("tiny_actor_critic", hidden_size=32)
+  c.loss = presets.section("reinforce_baseline", value_coef=0.5)
+  c.optimizer = presets.section("sgd_to_zero", learning_rate=0.5)
   c.log.progress_metrics = ("loss", "policy_loss", "value_loss")
-  configs.anakin(c, num_envs_per_device=8, rollout_length=16, updates_per_call=8)
+  presets.anakin(c, num_envs_per_device=8, rollout_length=16, updates_per_call=8)
   c.topology.num_devices = 1
   return c

@@ -2,6 +2,20 @@
 
 __version__ = "0.9.0"
 
+from podracer import deprecation as _deprecation  # noqa: E402
+
+# Modules 0.9.0 grouped into packages (ARCHITECTURE.md): their old paths keep working,
+# warning once, for the deprecation policy's two minor versions and 90 days.
+MOVED_MODULES = {f"podracer.{old}": (f"podracer.{new}", "0.9.0") for old, new in dict(
+    compose="config.compose", config_files="config.files", configs="config.presets",
+    runs="config.runs", imports="registry.imports", validation="config.validation",
+    checkpoint="lifecycle.checkpoint", workdir="lifecycle.workdir",
+    guards="lifecycle.guards", preemption="lifecycle.preemption",
+    evaluation="lifecycle.evaluation", memory="lifecycle.memory", metrics="logs.metrics",
+    tensorboard="logs.tensorboard", wandb_log="logs.wandb", disk="logs.disk",
+    launch_local="distributed.launch_local", transport="distributed.transport").items()}
+_deprecation.install_moved_modules(MOVED_MODULES)
+
 
 def check_environment(env, component=None):
   """Checks that a JAX environment's reset, step and spec() agree (podracer/contracts.py).

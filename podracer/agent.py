@@ -143,13 +143,13 @@ class Agent(abc.ABC):
     """Actions for a batch of timesteps [B, ...], and the next actor state."""
 
   def init_eval_actor(self, key: jax.Array, num_envs: int) -> PyTree:
-    """The evaluation policy's actor state (podracer/evaluation.py); `init_actor`'s by
+    """The evaluation policy's actor state (podracer/lifecycle/evaluation.py); `init_actor`'s by
     default."""
     return self.init_actor(key, num_envs)
 
   def eval_act(self, nets: PyTree, actor_state: PyTree, timestep: TimeStep,
                key: jax.Array) -> Tuple[ActorOutput, PyTree]:
-    """The evaluation policy (podracer/evaluation.py): by default the training policy,
+    """The evaluation policy (podracer/lifecycle/evaluation.py): by default the training policy,
     `act`; actor-critic agents act greedily (the logits' argmax, a Gaussian's mean)."""
     return self.act(nets, actor_state, timestep, key)
 

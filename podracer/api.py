@@ -5,7 +5,8 @@ Everything listed in PUBLIC, the option keys of every registered runtime and the
 keys of every registered component are public; everything else is internal and may change
 in any release. A change to the public surface goes with a minor version (0.x), a
 CHANGELOG.md entry and, for a rename or a removal, a deprecation shim that keeps the old
-name working for one minor version (podracer/deprecation.py).
+name working for two minor versions and 90 days (podracer/deprecation.py); a module that
+moved keeps its old path through `podracer.MOVED_MODULES` (recorded as `moved_modules`).
 
     python -m podracer.api            # what changed against tests/api_surface.json
     python -m podracer.api --write    # record the surface (after bumping __version__)
@@ -36,9 +37,9 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.builder": ("build", "build_agent", "Experiment", "EnvironmentFactory",
                          "register_builtin_components"),
     "podracer.launch": ("run", "register_components_and_agents"),
-    "podracer.config_files": ("load", "UnknownConfigName"),
-    "podracer.imports": ("import_all", "imported"),
-    "podracer.configs": ("experiment", "section", "anakin", "sebulba", "seed", "envpool",
+    "podracer.config.files": ("load", "UnknownConfigName"),
+    "podracer.registry.imports": ("import_all", "imported"),
+    "podracer.config.presets": ("experiment", "section", "anakin", "sebulba", "seed", "envpool",
                          "envpool_atari", "atari_sebulba", "pixel_catch", "impala_resnet",
                          "replay", "getter"),
     "podracer.runtime": ("Plan", "plan_rounds", "Runtime", "RuntimeOptions"),
@@ -57,11 +58,11 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.errors": ("ConfigError", "MissingPackage", "RecompilationError",
                         "ThreadFailure", "NonFiniteError", "EnvironmentWorkerError",
                         "ReplayTimeout", "ReplayUnavailableError", "DiskError"),
-    "podracer.metrics": ("METRICS_FILE", "windowed_returns", "tail_mean", "episode_sums",
+    "podracer.logs.metrics": ("METRICS_FILE", "windowed_returns", "tail_mean", "episode_sums",
                          "DEFAULT_LOGGERS"),
     "podracer.logs": ("Logger", "JsonlLogger", "TensorBoardLogger", "CsvLogger",
                       "read_csv", "default_loggers"),
-    "podracer.wandb_log": ("WandbLogger", "offline_runs", "read_offline_run"),
+    "podracer.logs.wandb": ("WandbLogger", "offline_runs", "read_offline_run"),
     "podracer.report": ("report", "read_runs", "group_runs", "final_score",
                         "interval_estimates", "main"),
     "podracer.deprecation": ("warn_once", "renamed_attribute", "renamed_module_names"),
@@ -103,8 +104,10 @@ def surface() -> Dict[str, Any]:
   components = {kind: {name: _keys(reg.get(name)) for name in reg.names()
                        if not name.startswith("test_")}
                 for kind, reg in registry.ALL.items() if kind != "runtimes"}
+  import podracer  # pylint: disable=import-outside-toplevel
+  moved = {old: new for old, (new, _) in sorted(podracer.MOVED_MODULES.items())}
   return dict(version=_version(), names=names, runtime_options=runtimes,
-              component_keys=components)
+              component_keys=components, moved_modules=moved)
 
 
 def describe(obj: Any) -> Any:
@@ -227,7 +230,7 @@ def _version() -> str:
 def differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
   """Lines saying what was added, removed or changed between two surfaces."""
   lines = []
-  for section in ("names", "runtime_options", "component_keys"):
+  for section in ("names", "runtime_options", "component_keys", "moved_modules"):
     before, after = _flat(old.get(section, {})), _flat(new.get(section, {}))
     for key in sorted(set(before) | set(after)):
       if key not in after:
@@ -270,7 +273,7 @@ def refuse_to_write(old: Dict[str, Any], new: Dict[str, Any]) -> str:
   if differences(old, new) and _sha(section) == old.get("changelog_sha"):
     return (f"the public surface changed but CHANGELOG.md's section {new['version']} did "
             "not: say what changed there (a renamed or removed name keeps a deprecation "
-            "shim for one minor version: podracer/deprecation.py).")
+            "shim for two minor versions and 90 days: podracer/deprecation.py).")
   return ""
 
 

@@ -13,7 +13,7 @@ The agent's constructor says which components it needs (its `network`, `loss`,
 `optimizer`, `replay` parameters, or roles of the first three such as `actor_network`,
 `critic_optimizer`); only those sections are built, each from the section of the same
 name. A top-level key that neither the agent nor the run uses is refused
-(podracer/compose.py says which keys are used, and how a new run key is declared).
+(podracer/config/compose.py says which keys are used, and how a new run key is declared).
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ from typing import Any, Dict, Mapping, Optional, TextIO, Tuple
 
 import numpy as np
 
-from podracer import (checkpoint, compose, contracts, distributed, evaluation, guards,
-                      imports, registry, runs as runs_lib)
+from podracer import contracts, distributed, registry
+from podracer.lifecycle import checkpoint, evaluation, guards
+from podracer.config import compose, runs as runs_lib
+from podracer.registry import imports
 from podracer.errors import ConfigError, DiskError
 from podracer.components import loggers as loggers_lib
-from podracer.metrics import DEFAULT_LOGGERS, LOG_KEYS, MetricsLogger
+from podracer.logs.metrics import DEFAULT_LOGGERS, LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
 
 REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
@@ -309,7 +311,7 @@ def build(config: Any, agent: Any = None) -> Experiment:
 
 
 def _runs(config: Any, runtime_cls: Any) -> Optional[runs_lib.Runs]:
-  """`num_runs` and `sweep` (podracer/runs.py), for a runtime that runs many."""
+  """`num_runs` and `sweep` (podracer/config/runs.py), for a runtime that runs many."""
   runs = runs_lib.from_config(config)
   if runs and not getattr(runtime_cls, "supports_runs", False):
     raise ConfigError(

@@ -95,3 +95,51 @@ def renamed_module_names(module: str, renamed: Dict[str, Tuple[str, str]]
     warn_once(f"{module}.{name}", _message(f"{module}.{name}", f"{module}.{new}", since))
     return getattr(sys.modules[module], new)
   return __getattr__
+
+
+class MovedModules:
+  """A meta path finder that serves each old module path of `moved` (old -> (new,
+  since)) with the module at its new path, warning once: `import podracer.configs` and
+  `from podracer.configs import experiment` get `podracer.config.presets`, and `python -m
+  OLD` runs NEW. Installed by `podracer/__init__.py` for the modules 0.9.0 grouped into
+  packages, so old paths cost no file of their own."""
+
+  def __init__(self, moved: Dict[str, Tuple[str, str]]):
+    self.moved = dict(moved)
+
+  def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+    del path, target
+    if name not in self.moved:
+      return None
+    import importlib.machinery  # pylint: disable=import-outside-toplevel
+    return importlib.machinery.ModuleSpec(name, self)
+
+  def _warn(self, name: str) -> str:
+    new, since = self.moved[name]
+    warn_once(name, _message(name, new, since), stacklevel=4)  # the importing line
+    return new
+
+  def create_module(self, spec: Any) -> Any:
+    import importlib  # pylint: disable=import-outside-toplevel
+    return importlib.import_module(self._warn(spec.name))
+
+  def exec_module(self, module: Any) -> None:
+    """The module at the new path ran already."""
+
+  def get_code(self, name: str) -> Any:
+    """For `python -m OLD` (runpy): NEW's code, run as __main__."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    new = self._warn(name)
+    return importlib.util.find_spec(new).loader.get_code(new)
+
+
+def install_moved_modules(moved: Dict[str, Tuple[str, str]]) -> MovedModules:
+  """Puts a `MovedModules` finder for `moved` on `sys.meta_path` (once)."""
+  import sys  # pylint: disable=import-outside-toplevel
+  for finder in sys.meta_path:
+    if isinstance(finder, MovedModules):
+      finder.moved.update(moved)
+      return finder
+  finder = MovedModules(moved)
+  sys.meta_path.insert(0, finder)
+  return finder

@@ -46,7 +46,7 @@ class ThreadFailure(RuntimeError):
 
 
 class NonFiniteError(RuntimeError):
-  """A loss, metric or parameter became NaN or infinite (see podracer/guards.py).
+  """A loss, metric or parameter became NaN or infinite (see podracer/lifecycle/guards.py).
 
   The launcher prints the message, which names the metrics and updates, and exits with
   status 1.
@@ -74,5 +74,5 @@ class ReplayUnavailableError(RuntimeError):
 
 class DiskError(RuntimeError):
   """Writing one of the run's files failed because of its disk: full, over quota,
-  read-only or failing (podracer/disk.py). The message names what was being written,
+  read-only or failing (podracer/logs/disk.py). The message names what was being written,
   where, and the free space there; the launcher prints it and exits with status 1."""

@@ -6,14 +6,14 @@
 Writes DIR/config.json (the resolved config), DIR/metrics.jsonl, TensorBoard event files,
 checkpoints and, at the end, DIR/learning_curve.png. Relaunched into the same DIR
 it resumes from the latest checkpoint; `--fresh` moves a previous run aside instead
-(podracer/workdir.py). Exit status: 0 when the run ends, 2 with one paragraph saying why
-when the config cannot be built, 1 with the thread's traceback when a runtime thread fails,
+(podracer/lifecycle/workdir.py). Exit status: 0 when the run ends, 2 with one paragraph
+saying why when the config cannot be built, 1 with the thread's traceback when a runtime thread fails,
 130 on Ctrl-C and 143 on SIGTERM (after all threads and environments are stopped and the
-metrics, plot and `result:` line are written; see podracer/preemption.py).
+metrics, plot and `result:` line are written; see podracer/lifecycle/preemption.py).
 
-Several processes (podracer/distributed.py): `--coordinator=HOST:PORT --num_processes=N
---process_id=I` on each, or `python -m podracer.launch_local --num_processes=N -- ARGS`
-on one machine; under SLURM or Open MPI the flags come from the cluster.
+Several processes (podracer/distributed/processes.py): `--coordinator=HOST:PORT
+--num_processes=N --process_id=I` on each, or `python -m podracer.distributed.launch_local
+--num_processes=N -- ARGS` on one machine; under SLURM or Open MPI the flags come from the cluster.
 """
 
 from __future__ import annotations
@@ -32,12 +32,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from podracer import (config_files, disk, distributed, imports, preemption,
-                      runs as runs_lib, validation)
+from podracer import distributed
+from podracer.config import files as config_files, runs as runs_lib, validation
+from podracer.registry import imports
+from podracer.logs import disk
+from podracer.lifecycle import preemption
 from podracer.errors import (ConfigError, DiskError, EnvironmentWorkerError, NonFiniteError,
                              ThreadFailure)
-from podracer.metrics import METRICS_FILE
-from podracer.workdir import CONFIG_FILE, held as hold_workdir, prepare as prepare_workdir
+from podracer.logs.metrics import METRICS_FILE
+from podracer.lifecycle.workdir import CONFIG_FILE, held as hold_workdir
+from podracer.lifecycle.workdir import prepare as prepare_workdir
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, as path/to/config.py:NAME.", lock_config=True)
@@ -207,7 +211,7 @@ def _import_args(argv):
 
 class _ComposingParser(flags.ArgumentParser):
   """ml_collections' config-file parser, then `--config.SECTION=NAME` choices applied to
-  the loaded config before absl applies the key overrides (podracer/compose.py)."""
+  the loaded config before absl applies the key overrides (podracer/config/compose.py)."""
 
   def __init__(self, inner):
     self.inner, self.choices, self.sweeps, self.config = inner, {}, {}, None
@@ -215,9 +219,9 @@ class _ComposingParser(flags.ArgumentParser):
 
   def parse(self, argument):
     # podracer's loader, not ml_collections': every way the file can be wrong is one
-    # paragraph naming it (podracer/config_files.py), whatever else the command line has.
+    # paragraph naming it (podracer/config/files.py), whatever else the command line has.
     self.config = config = config_files.load(argument)
-    from podracer import compose  # pylint: disable=import-outside-toplevel
+    from podracer.config import compose  # pylint: disable=import-outside-toplevel
     with config.unlocked():
       add_imports(config, self.imports)  # Before a section swap names their components.
       compose.choose(config, self.choices)
@@ -238,7 +242,7 @@ def _section_choices(argv):
   ml_collections would parse NAME as a whole ConfigDict; the choices are applied by
   _ComposingParser instead, before any key override.
   """
-  from podracer import compose  # pylint: disable=import-outside-toplevel
+  from podracer.config import compose  # pylint: disable=import-outside-toplevel
   choices, rest = {}, []
   for arg in argv:
     match = re.fullmatch(r"--config\.(\w+)=(\w+)", arg)
@@ -266,13 +270,13 @@ def _parse_flags(argv):
     except ConfigError as e:
       _fail(str(e))
   _CONFIG_PARSER.choices, argv = _section_choices(argv)
-  # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/runs.py.
+  # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/config/runs.py.
   _CONFIG_PARSER.sweeps, argv = runs_lib.sweep_args(argv)
   # ml_collections finds the overrides to define in sys.argv itself.
   sys.argv[:] = argv
   try:
     return flags.FLAGS(argv)
-  except ConfigError as e:  # The config file (podracer/config_files.py) or a choice.
+  except ConfigError as e:  # The config file (podracer/config/files.py) or a choice.
     if "--debug" in argv:
       raise
     _fail(str(e))
@@ -289,7 +293,7 @@ def _parse_flags(argv):
 
 def _override_error(overrides, error):
   """One plain-text sentence for an override ml_collections could not apply."""
-  from podracer import compose  # pylint: disable=import-outside-toplevel
+  from podracer.config import compose  # pylint: disable=import-outside-toplevel
   config = _CONFIG_PARSER.config
   for arg in overrides:
     path = arg[len("--config."):].split("=", 1)[0]
@@ -307,7 +311,7 @@ def _override_error(overrides, error):
 def main(argv):
   logging.set_verbosity(logging.WARNING)  # Keep JAX's backend probing out of the output.
   if _LIST.value:
-    from podracer import compose  # pylint: disable=import-outside-toplevel
+    from podracer.config import compose  # pylint: disable=import-outside-toplevel
     register_components_and_agents()
     print(compose.catalogue())
     return
@@ -345,7 +349,7 @@ def main(argv):
 
 
 def _start_processes() -> None:
-  """jax.distributed, before anything touches a device (podracer/distributed.py)."""
+  """jax.distributed, before anything touches a device (podracer/distributed/processes.py)."""
   given = [f.name for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID) if f.present]
   if given and len(given) < 3:
     _fail(f"--{', --'.join(given)} given alone; a run over several processes needs "

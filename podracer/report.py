@@ -44,7 +44,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from podracer.errors import ConfigError
-from podracer.metrics import METRICS_FILE
+from podracer.logs.metrics import METRICS_FILE
 
 # Config keys that say how long or how often, not what was run: runs that differ only in
 # them are runs of one config. Per-run keys (seed, swept values) come from the records.

@@ -270,7 +270,7 @@ def log_records(logger: Any, workdir: str, records: List[Dict[str, Any]],
   `MetricsLogger`: strict JSON, disk failures as one DiskError), then closes it. Returns
   the logger, closed."""
   from podracer.components.loggers import build_loggers  # pylint: disable=import-outside-toplevel
-  from podracer.metrics import MetricsLogger  # pylint: disable=import-outside-toplevel
+  from podracer.logs.metrics import MetricsLogger  # pylint: disable=import-outside-toplevel
   built = {}
 
   def make(resumed):

@@ -30,9 +30,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-from podracer import __version__, imports, transport  # noqa: E402
+from podracer import __version__  # noqa: E402
+from podracer.distributed import transport  # noqa: E402
 from podracer.errors import ConfigError  # noqa: E402
-from podracer.transport import TransportError  # noqa: E402
+from podracer.distributed.transport import TransportError  # noqa: E402
 
 
 CLOSE_S = 5.0  # How long a finished worker waits for its environment to close.
@@ -82,6 +83,7 @@ def import_env_module(module: Optional[str], path: Optional[str]) -> None:
 def build_env(config: dict) -> Any:
   from ml_collections import config_dict  # pylint: disable=import-outside-toplevel
   from podracer import builder, registry  # pylint: disable=import-outside-toplevel
+  from podracer.registry import imports  # pylint: disable=import-outside-toplevel
   builder.register_builtin_components()
   try:  # What the run's launcher imported (--import, the config's `imports`).
     imports.import_all(config.get("imports") or ())

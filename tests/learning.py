@@ -16,7 +16,7 @@ from typing import Dict, List, Sequence
 
 from scipy.stats import trim_mean
 
-from podracer.metrics import tail_mean
+from podracer.logs.metrics import tail_mean
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

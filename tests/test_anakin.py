@@ -11,10 +11,9 @@ from agents.ppo.config import cartpole_anakin
 from podracer import builder, mesh, registry
 from podracer.components.losses import PPOLoss, policy_gradient_batch
 from podracer.errors import ConfigError, RecompilationError
-from podracer.metrics import MetricsLogger
+from podracer.logs.metrics import MetricsLogger
 from podracer.runtimes.compile_once import compile_once
-from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType, TimeStep
-from podracer.types import Trajectory
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType, TimeStep, Trajectory
 
 
 def small_config(num_devices, seed=0, calls=2):

@@ -107,3 +107,40 @@ def test_renamed_module_names_serve_the_new_name_warning_once():
       module.other  # pylint: disable=pointless-statement
   finally:
     del sys.modules["podracer_probe"]
+
+
+def test_every_moved_module_keeps_its_old_path_and_public_names_warning_once():
+  import importlib
+  import sys
+  import podracer
+  assert len(podracer.MOVED_MODULES) == 18
+  for old, (new, since) in podracer.MOVED_MODULES.items():
+    deprecation._warned.discard(old)
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=rf"`{old}` was renamed `{new}` in podracer "
+                      rf"{since}; it keeps working until 0.11.0 and for at least 90 days"):
+      module = importlib.import_module(old)
+    assert module is importlib.import_module(new), old
+    for name in api.PUBLIC.get(new, ()):
+      assert getattr(module, name) is getattr(importlib.import_module(new), name), name
+  # The public names docs/api.md listed at 0.8.0's paths, read through the old paths.
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from podracer.configs import experiment  # pylint: disable=g-import-not-at-top
+    from podracer.metrics import DEFAULT_LOGGERS, METRICS_FILE, windowed_returns
+    from podracer.wandb_log import WandbLogger
+  assert experiment is podracer.config.presets.experiment
+  assert DEFAULT_LOGGERS == ("jsonl", "tensorboard") and METRICS_FILE == "metrics.jsonl"
+  assert callable(windowed_returns) and WandbLogger is podracer.logs.wandb.WandbLogger
+
+
+def test_python_m_of_a_moved_module_runs_it():
+  import subprocess
+  import sys
+  result = subprocess.run([sys.executable, "-W", "always::DeprecationWarning", "-m",
+                           "podracer.launch_local", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+  assert result.returncode == 0, result.stderr
+  assert "--num_processes" in result.stdout
+  assert "`podracer.launch_local` was renamed `podracer.distributed.launch_local`" in \
+      result.stderr

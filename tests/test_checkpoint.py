@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from agents.ppo import config as ppo_config
-from podracer import tensorboard, workdir
-from podracer.checkpoint import Checkpointer
+from podracer.logs import tensorboard
+from podracer.lifecycle import workdir
+from podracer.lifecycle.checkpoint import Checkpointer
 from podracer.errors import ConfigError
 from tests.reverb_support import requires_reverb
 from tests.test_preemption import wait_for_records
@@ -39,7 +40,7 @@ CASES = {
                    "--config.runtime.num_envs_per_device=4",
                    "--config.runtime.updates_per_call=4", "--config.total_env_steps=12288",
                    "--config.replay.min_size=8"],
-    # Many runs (podracer/runs.py): 2 seeds x 2 learning rates, 4 records a call.
+    # Many runs (podracer/config/runs.py): 2 seeds x 2 learning rates, 4 records a call.
     "ppo_runs": ["--config=agents/ppo/config.py:cartpole_anakin",
                  "--config.runtime.num_envs_per_device=4", "--config.runtime.rollout_length=32",
                  "--config.runtime.updates_per_call=4", "--config.total_env_steps=49152",

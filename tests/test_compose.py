@@ -6,7 +6,8 @@ import json
 import pytest
 
 from agents.r2d2.config import catch_anakin as r2d2_catch_anakin
-from podracer import compose, configs, registry
+from podracer import registry
+from podracer.config import compose, presets
 from podracer.errors import ConfigError
 from podracer.launch import register_components_and_agents
 from tests.test_launch import launch
@@ -43,7 +44,7 @@ def test_a_section_the_agent_does_not_take_lists_the_sections_it_uses():
 def test_an_unused_section_in_a_config_is_refused_at_build_time():
   register_components_and_agents()
   config = r2d2_catch_anakin()
-  config.loss = configs.section("ppo")
+  config.loss = presets.section("ppo")
   with pytest.raises(ConfigError, match="section `loss` is not used: agent 'r2d2' takes no "
                      "loss component.*uses the sections env, agent, runtime, topology, "
                      "network, optimizer, replay"):

@@ -1,11 +1,11 @@
 """A config file that cannot give a config is one paragraph naming it, exit 2, whatever
-else is on the command line (podracer/config_files.py)."""
+else is on the command line (podracer/config/files.py)."""
 
 import os
 
 import pytest
 
-from podracer import config_files
+from podracer.config import files as config_files
 from podracer.errors import ConfigError
 from tests.test_launch import launch
 

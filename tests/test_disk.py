@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from podracer import disk
+from podracer.logs import disk
 from podracer.errors import DiskError
 from tests.test_launch import launch
 

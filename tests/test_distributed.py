@@ -1,4 +1,4 @@
-"""Runs over several processes (podracer/distributed.py, podracer/launch_local.py), on
+"""Runs over several processes (podracer/distributed/: processes.py, launch_local.py), on
 this machine's CPU with virtual devices and gloo collectives."""
 
 import json
@@ -13,7 +13,8 @@ import time
 import pytest
 
 from agents.ppo.config import cartpole_anakin
-from podracer import distributed, launch_local
+from podracer import distributed
+from podracer.distributed import launch_local
 from tests.test_anakin import run_records
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -35,7 +36,8 @@ def env():
 
 
 def launch_local_cmd(num_processes, devices, *args):
-  return [sys.executable, "-m", "podracer.launch_local", f"--num_processes={num_processes}",
+  return [sys.executable, "-m", "podracer.distributed.launch_local",
+          f"--num_processes={num_processes}",
           f"--devices_per_process={devices}", "--", *args]
 
 

@@ -1,4 +1,4 @@
-"""Evaluation (podracer/evaluation.py): the evaluation policy's return is logged as
+"""Evaluation (podracer/lifecycle/evaluation.py): the evaluation policy's return is logged as
 `eval_return` under both runtimes, and a greedy policy scores what it should."""
 
 from typing import NamedTuple
@@ -13,7 +13,8 @@ from agents.ppo import config as ppo_config
 from agents.ppo.agent import PPO
 from agents.r2d2 import config as r2d2_config
 from podracer.off_policy import annealed_epsilon
-from podracer import builder, evaluation
+from podracer import builder
+from podracer.lifecycle import evaluation
 from podracer.agent import Agent
 from podracer.components.environments import Environment, restart, transition
 from podracer.components.environments.base import VectorEnv
@@ -112,7 +113,7 @@ def test_eval_return_is_logged_beside_the_training_return(runtime):
 def test_eval_return_is_on_the_progress_line_and_in_the_learning_curve(tmp_path):
   import matplotlib.image
 
-  from podracer.metrics import MetricsLogger, plot_learning_curve
+  from podracer.logs.metrics import MetricsLogger, plot_learning_curve
   logger = MetricsLogger(stream=None)
   records = [dict(env_steps=i * 1000, sps=100.0, episode_return=float(i),
                   **({"eval_return": 2.0 * i} if i % 2 else {})) for i in range(1, 9)]
@@ -135,7 +136,7 @@ def test_eval_return_is_on_the_progress_line_and_in_the_learning_curve(tmp_path)
 def test_a_progress_metric_no_record_has_is_said_once():
   import io
 
-  from podracer.metrics import MetricsLogger
+  from podracer.logs.metrics import MetricsLogger
   stream = io.StringIO()
   logger = MetricsLogger(stream=stream, progress_metrics=("loss", "nope"), print_interval=0)
   logger.write(dict(env_steps=1, sps=1.0))  # No learner metrics yet: nothing to say.

@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
-from podracer import builder, imports, registry
-from podracer.launch_local import free_port
+from podracer import builder, registry
+from podracer.registry import imports
+from podracer.distributed.launch_local import free_port
 from podracer.errors import ConfigError
 from podracer.launch import register_components_and_agents
 from tests.test_launch import launch

@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from podracer import guards
+from podracer.lifecycle import guards
 from podracer.errors import NonFiniteError
-from podracer.metrics import MetricsLogger
+from podracer.logs.metrics import MetricsLogger
 from tests.test_launch import launch
 
 

@@ -9,8 +9,7 @@ from agents.impala import IMPALA
 from agents.impala.config import cartpole_anakin
 from podracer import mesh, registry
 from podracer.components.losses import VTraceLoss, vtrace_batch
-from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType
-from podracer.types import TimeStep, Trajectory
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType, TimeStep, Trajectory
 from tests.learning import assert_reached_and_held, launch_runs
 
 

@@ -6,7 +6,7 @@ import pytest
 from agents.impala import config as impala_config
 from agents.ppo import config as ppo_config
 from agents.ppo.config import cartpole_anakin, catch_anakin
-from podracer import configs
+from podracer.config import presets
 from tests.learning import assert_reached_and_held, launch_runs
 
 
@@ -63,7 +63,7 @@ def test_pixel_catch_anakin_learns_from_frames_with_the_atari_settings(agent, tm
   """
   config = PIXEL_CATCH[agent]()
   pong = {"impala": impala_config, "ppo": ppo_config}[agent].pong_sebulba()
-  assert config.network == configs.impala_resnet() == pong.network
+  assert config.network == presets.impala_resnet() == pong.network
   assert dict(config.optimizer) == dict(pong.optimizer) == ATARI_OPTIMIZERS[agent]
   assert dict(config.loss) == dict(pong.loss)
   assert config.env.name == "pixel_catch" and config.seed == 0

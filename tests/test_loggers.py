@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from podracer import builder, logs, registry, tensorboard, testing, wandb_log
+from podracer import builder, logs, registry, testing
+from podracer.logs import tensorboard, wandb as wandb_log
 from podracer.errors import ConfigError, DiskError
 from podracer.launch import register_components_and_agents
 from tests.test_launch import launch

@@ -17,7 +17,8 @@ import pytest
 
 from agents.dqn import config as dqn_config
 from agents.ppo import config as ppo_config
-from podracer import builder, checkpoint, launch, mesh
+from podracer import builder, launch, mesh
+from podracer.lifecycle import checkpoint
 from podracer.errors import ConfigError
 from tests.test_launch import launch as run_launcher
 

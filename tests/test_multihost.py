@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import podracer
-from podracer import distributed, launch_local
+from podracer import distributed
+from podracer.distributed import launch_local
 from tests.test_distributed import (LEARNER_KEYS, NOT_COMPARED, ROOT, _alive, env,
                                     launch_local_cmd, records, result)
 

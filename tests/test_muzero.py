@@ -15,7 +15,7 @@ from podracer import builder
 from podracer.components.networks import MuZeroNetwork
 from podracer.errors import ConfigError
 from podracer.experience import Sample
-from podracer.metrics import windowed_returns
+from podracer.logs.metrics import windowed_returns
 from podracer.types import REPLICA_AXIS, StepType, TimeStep, Trajectory
 from tests.learning import assert_reached_and_held, last_fifth_means, launch_runs
 from tests.reverb_support import current_lane
@@ -436,7 +436,7 @@ def test_muzero_cartpole_sebulba_reaches_400_within_500k_steps(tmp_path):
 
 
 def test_records_carry_simulations_per_s_and_the_progress_line_search_value(catch_agent):
-  from podracer.metrics import MetricsLogger
+  from podracer.logs.metrics import MetricsLogger
   assert catch_agent.rates_per_env_step == {"simulations_per_s": 8}
   assert "search_value" in muzero_config.catch_anakin().log.progress_metrics
   logger = MetricsLogger(stream=None, rates_per_env_step=catch_agent.rates_per_env_step,

@@ -113,7 +113,7 @@ def test_sigterm_stops_within_10s_writes_outputs_and_exits_143(case, tmp_path):
 
 
 def test_sigterm_inside_deferred_is_raised_when_the_block_ends():
-  from podracer import preemption  # pylint: disable=import-outside-toplevel
+  from podracer.lifecycle import preemption  # pylint: disable=import-outside-toplevel
   previous = signal.getsignal(signal.SIGTERM)
   try:
     preemption.handle_sigterm()

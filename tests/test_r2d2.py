@@ -341,7 +341,7 @@ def test_r2d2_anakin_on_8_devices_averages_gradients_over_sharded_replays():
   config.total_env_steps = 4 * 8 * 32 * 8 * 8
   config.replay.min_size = 64
   experiment = builder.build(config)
-  from podracer.metrics import MetricsLogger
+  from podracer.logs.metrics import MetricsLogger
   logger = MetricsLogger(stream=None)
   state = experiment.runtime.run(logger)
   records = logger.records

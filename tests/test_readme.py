@@ -112,4 +112,7 @@ def test_architecture_names_every_module_of_podracer():
               if p.name != "__init__.py" and p.stem not in listed]
   missing += [str(p.relative_to(ROOT)) for p in (ROOT / "podracer/runtimes").glob("*.py")
               if p.name != "__init__.py" and p.name not in text]
+  for package in ("config", "lifecycle", "logs", "distributed"):
+    missing += [str(p.relative_to(ROOT)) for p in (ROOT / "podracer" / package).glob("*.py")
+                if p.name != "__init__.py" and p.name not in text]
   assert not missing, f"ARCHITECTURE.md does not name {', '.join(missing)}"

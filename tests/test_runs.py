@@ -1,4 +1,4 @@
-"""Many runs in one Anakin program (podracer/runs.py): seeds and sweeps, the vmapped
+"""Many runs in one Anakin program (podracer/config/runs.py): seeds and sweeps, the vmapped
 program against separate runs, per-run records, plots and TensorBoard, bad input."""
 
 import io
@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from agents.ppo import config as ppo_config
-from podracer import builder, launch, metrics, runs as runs_lib, tensorboard
+from podracer import builder, launch
+from podracer.logs import metrics, runs as run_records, tensorboard
+from podracer.config import runs as runs_lib
 from podracer.errors import ConfigError
 from tests.test_launch import launch as run_launcher
 
@@ -171,7 +173,7 @@ def test_a_sweep_plot_has_one_mean_and_band_per_value():
   runs = runs_lib.Runs((0, 1, 0, 1), {"optimizer.learning_rate": (1e-4, 1e-4, 1e-3, 1e-3)})
   records = [dict(runs.labels(r), env_steps=s, episode_return=float(r + s))
              for s in (1, 2) for r in range(4)]
-  lines, bands = runs_lib.curves(records, runs)
+  lines, bands = run_records.curves(records, runs)
   assert len(lines) == 4
   assert [b[0] for b in bands] == ["optimizer.learning_rate=0.0001",
                                    "optimizer.learning_rate=0.001"]

@@ -183,7 +183,7 @@ def test_sac_brax_inverted_pendulum_holds_950_over_the_last_fifth_of_150k_steps(
 def test_sac_anakin_on_8_devices_keeps_replicas_equal_with_their_own_replays():
   """Each replica acts in its own environments and fills its own replay shard; the three
   optimizers apply replica-averaged gradients, so every replica's nets stay equal."""
-  from podracer.metrics import MetricsLogger
+  from podracer.logs.metrics import MetricsLogger
   config = sac_config.pendulum_anakin()
   config.topology.num_devices = 8
   config.runtime.updates_per_call = 10

@@ -22,7 +22,7 @@ from agents.impala import config as impala_config
 from agents.ppo import config as ppo_config
 from podracer import builder, registry, testing
 from podracer.errors import ConfigError, ThreadFailure
-from podracer.metrics import MetricsLogger
+from podracer.logs.metrics import MetricsLogger
 from podracer.runtimes.sebulba import ParamsStore
 from podracer.runtimes.sebulba.params import PolicyLagBound
 from podracer.runtimes.sebulba.actor import stack_and_split as _stack_and_split

@@ -16,7 +16,7 @@ from agents.r2d2 import config as r2d2_config
 from podracer import registry
 from podracer.components.replay import Sample
 from podracer.errors import ReplayTimeout
-from podracer.metrics import MetricsLogger, Window
+from podracer.logs.metrics import MetricsLogger, Window
 from tests.test_sebulba import one_device, run_in_process, sebulba_threads
 
 

@@ -20,9 +20,10 @@ import pytest
 from agents.impala import config as impala_config
 from agents.ppo import config as ppo_config
 from agents.r2d2 import config as r2d2_config
-from podracer import __version__, builder, testing, trajectories, transport, worker
+from podracer import __version__, builder, testing, trajectories, worker
+from podracer.distributed import transport
 from podracer.errors import ConfigError
-from podracer.metrics import MetricsLogger
+from podracer.logs.metrics import MetricsLogger
 from podracer.runtimes.sebulba.params import ParamsStore, first_replica
 from podracer.runtimes.seed.server import InferenceServer, Seats
 from podracer.types import StepType, Trajectory
@@ -61,7 +62,7 @@ def test_layouts_round_trip_every_dtype_and_shape_as_raw_bytes():
 
 
 def test_nothing_received_is_unpickled():
-  for module in ("podracer/transport.py", "podracer/worker.py",
+  for module in ("podracer/distributed/transport.py", "podracer/worker.py",
                  "podracer/runtimes/seed/server.py"):
     code = (ROOT / module).read_text()
     assert not re.search(r"import pickle|pickle\.|cloudpickle|np\.load|allow_pickle", code)

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from podracer import tensorboard
-from podracer.metrics import MetricsLogger
+from podracer.logs import tensorboard
+from podracer.logs.metrics import MetricsLogger
 from tests.test_launch import launch
 
 pytest.importorskip("tensorboardX", reason="tensorboardX is a dependency (setup.py): "

@@ -4,7 +4,7 @@ import pytest
 from ml_collections import config_dict
 
 from agents.ppo import config as ppo_config
-from podracer import validation
+from podracer.config import validation
 from podracer.errors import ConfigError
 from tests.test_launch import launch
 

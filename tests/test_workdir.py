@@ -8,9 +8,10 @@ import math
 import pytest
 
 from agents.ppo import config as ppo_config
-from podracer import builder, launch as launcher, preemption, workdir
+from podracer import builder, launch as launcher
+from podracer.lifecycle import preemption, workdir
 from podracer.errors import ConfigError, ThreadFailure
-from podracer.metrics import MetricsLogger, tail_mean
+from podracer.logs.metrics import MetricsLogger, tail_mean
 from tests.test_launch import launch
 
 OLD_RECORDS = "".join(json.dumps(dict(env_steps=i, episode_return=1.0)) + "\n"

@@ -11,21 +11,21 @@ dueling head, `--config.replay.priority_exponent=0` uniform replay, and
 from ml_collections import config_dict
 
 from agents.r2d2.config import lane_replay
-from podracer import configs
+from podracer.config import presets
 
 
 def _base(total_env_steps: int) -> config_dict.ConfigDict:
-  c = configs.experiment(total_env_steps)
-  c.agent = configs.section(
+  c = presets.experiment(total_env_steps)
+  c.agent = presets.section(
       "dqn", discount=0.99, target_update_period=100, importance_sampling_exponent=0.6,
       priority_eta=0.9, epsilon=0.05, epsilon_alpha=0.0, epsilon_anneal_steps=0,
       eval_epsilon=0.0)
-  c.loss = configs.section("q_learning", n_step=3, double=True, huber_delta=0.0,
+  c.loss = presets.section("q_learning", n_step=3, double=True, huber_delta=0.0,
                            value_rescaling_eps=config_dict.placeholder(float))
-  c.network = configs.section("q_network", torso="mlp", hidden_sizes=(64, 64),
+  c.network = presets.section("q_network", torso="mlp", hidden_sizes=(64, 64),
                               activation="relu", dueling=False, head_hidden_sizes=(),
                               channels_first=True)
-  c.optimizer = configs.section("adam", learning_rate=1e-3, eps=1e-5, max_grad_norm=10.0,
+  c.optimizer = presets.section("adam", learning_rate=1e-3, eps=1e-5, max_grad_norm=10.0,
                                 anneal=False)
   return c
 
@@ -43,17 +43,17 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   ("DQN against PureJaxRL's") says which difference lost what.
   """
   c = _base(total_env_steps=500_000)
-  c.env = configs.section("cartpole")
+  c.env = presets.section("cartpole")
   c.agent.update(dict(target_update_period=50, epsilon_anneal_steps=25_000,
                       importance_sampling_exponent=0.0))
   c.loss.n_step = 1
   c.network.hidden_sizes = (120, 84)
-  c.optimizer = configs.section("adam", learning_rate=2.5e-4, eps=1e-8,
+  c.optimizer = presets.section("adam", learning_rate=2.5e-4, eps=1e-8,
                                 max_grad_norm=config_dict.placeholder(float), anneal=False)
-  c.replay = configs.replay("device", batch_size=128, max_size=10_000, min_size=256,
+  c.replay = presets.replay("device", batch_size=128, max_size=10_000, min_size=256,
                             samples_per_insert=12.8)
   c.replay.priority_exponent = 0.0
-  return configs.anakin(c, num_envs_per_device=10, rollout_length=1, updates_per_call=500)
+  return presets.anakin(c, num_envs_per_device=10, rollout_length=1, updates_per_call=500)
 
 
 def minatar_anakin() -> config_dict.ConfigDict:
@@ -66,18 +66,18 @@ def minatar_anakin() -> config_dict.ConfigDict:
   per update, 32 items of 4 transitions each (2 learned transitions per env step). The
   game is `--config.env.env_id` (SpaceInvaders-, Breakout-, Asterix-, Freeway-MinAtar)."""
   c = _base(total_env_steps=5_000_000)
-  c.env = configs.section("gymnax", env_id="SpaceInvaders-MinAtar",
+  c.env = presets.section("gymnax", env_id="SpaceInvaders-MinAtar",
                           env_kwargs=config_dict.placeholder(dict),
                           env_params=config_dict.placeholder(dict))
   c.agent.update(dict(target_update_period=1_000, epsilon=0.1, epsilon_anneal_steps=6_250))
-  c.network = configs.section("q_network", torso="minatar", hidden_sizes=(),
+  c.network = presets.section("q_network", torso="minatar", hidden_sizes=(),
                               activation="relu", dueling=False, head_hidden_sizes=(),
                               channels_first=False)
   c.optimizer.learning_rate = 2.5e-4
-  c.replay = configs.replay("device", batch_size=32, max_size=25_000, min_size=1_250,
+  c.replay = presets.replay("device", batch_size=32, max_size=25_000, min_size=1_250,
                             samples_per_insert=2.0)
   c.replay.priority_exponent = 0.0
-  return configs.anakin(c, num_envs_per_device=16, rollout_length=4, updates_per_call=64)
+  return presets.anakin(c, num_envs_per_device=16, rollout_length=4, updates_per_call=64)
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
@@ -87,13 +87,13 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   (2 learned per env step), prioritized, a target copy every 200 updates, Adam 2.5e-4.
   0.7.0's `cartpole_anakin` settings, not yet brought to the Anakin config's (docs/agents.md)."""
   c = _base(total_env_steps=500_000)
-  c.env = configs.section("cartpole")
+  c.env = presets.section("cartpole")
   c.agent.update(dict(target_update_period=200, epsilon_anneal_steps=5_000))
   c.optimizer.learning_rate = 2.5e-4
-  c.replay = configs.replay(lane_replay(), batch_size=32, max_size=10_000, min_size=256,
+  c.replay = presets.replay(lane_replay(), batch_size=32, max_size=10_000, min_size=256,
                             samples_per_insert=2.0)
   c.replay.priority_exponent = 0.6
-  return configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=8,
+  return presets.sebulba(c, presets.envpool("CartPole-v1"), num_envs_per_actor=8,
                          rollout_length=4)
 
 
@@ -112,21 +112,21 @@ def atari_sebulba() -> config_dict.ConfigDict:
   c.agent.update(dict(target_update_period=10_000, epsilon=0.01,
                       epsilon_anneal_steps=7_813, eval_epsilon=0.001))
   c.loss.update(dict(n_step=1, huber_delta=1.0))
-  c.network = configs.section("q_network", torso="nature", hidden_sizes=(),
+  c.network = presets.section("q_network", torso="nature", hidden_sizes=(),
                               activation="relu", dueling=False, head_hidden_sizes=(),
                               channels_first=True)
-  c.optimizer = configs.section("adam", learning_rate=6.25e-5, eps=1.5e-4,
+  c.optimizer = presets.section("adam", learning_rate=6.25e-5, eps=1.5e-4,
                                 max_grad_norm=10.0, anneal=False)
   # Each insert is one item (4 env steps); 8 items sampled per insert: 8 transitions
   # learned per env step.
-  c.replay = configs.replay(lane_replay(), batch_size=8, max_size=250_000,
+  c.replay = presets.replay(lane_replay(), batch_size=8, max_size=250_000,
                             min_size=12_500, samples_per_insert=8.0)
   c.replay.priority_exponent = 0.0
-  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=4)
+  return presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=4)
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
            "atari_sebulba": atari_sebulba, "minatar_anakin": minatar_anakin}
 
 
-get_config = configs.getter("DQN", CONFIGS, default="cartpole_anakin")
+get_config = presets.getter("DQN", CONFIGS, default="cartpole_anakin")

@@ -7,23 +7,23 @@ and override any key with `--config.KEY=VALUE` (e.g. `--config.seed=1`).
 
 from ml_collections import config_dict
 
-from podracer import configs
+from podracer.config import presets
 
 
 def _vtrace(reduction: str) -> config_dict.ConfigDict:
-  return configs.section("vtrace", baseline_coef=0.5, entropy_coef=0.01,
+  return presets.section("vtrace", baseline_coef=0.5, entropy_coef=0.01,
                          clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0, lambda_=1.0,
                          reduction=reduction)
 
 
 def _base() -> config_dict.ConfigDict:
-  c = configs.experiment(total_env_steps=1_000_000)
-  c.env = configs.section("cartpole")
-  c.agent = configs.section("impala", discount=0.99)
-  c.network = configs.section("mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh")
+  c = presets.experiment(total_env_steps=1_000_000)
+  c.env = presets.section("cartpole")
+  c.agent = presets.section("impala", discount=0.99)
+  c.network = presets.section("mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh")
   # Tuned for CartPole with a mean over the batch (its eps and clip are set for that).
   c.loss = _vtrace("mean")
-  c.optimizer = configs.section("rmsprop", learning_rate=7e-4, decay=0.99, eps=1e-5,
+  c.optimizer = presets.section("rmsprop", learning_rate=7e-4, decay=0.99, eps=1e-5,
                                 max_grad_norm=0.5, anneal=False)
   return c
 
@@ -33,20 +33,20 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   c = _base()
   c.total_env_steps = 30 * 16 * 16 * 128  # 983,040: whole calls, under 1M.
   # Small batches and many updates learn CartPole faster and more stably than large ones.
-  return configs.anakin(c, num_envs_per_device=16, rollout_length=16, updates_per_call=128)
+  return presets.anakin(c, num_envs_per_device=16, rollout_length=16, updates_per_call=128)
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
   """IMPALA on EnvPool's CartPole-v1 under Sebulba; the agent section is cartpole_anakin's."""
   # 12 envs per actor thread split evenly over 1, 2, 3, 4 or 6 learner devices.
-  return configs.sebulba(_base(), configs.envpool("CartPole-v1"), num_envs_per_actor=12,
+  return presets.sebulba(_base(), presets.envpool("CartPole-v1"), num_envs_per_actor=12,
                          rollout_length=16)
 
 
 def cartpole_seed() -> config_dict.ConfigDict:
   """cartpole_sebulba under SEED: 4 worker processes x 16 environments, one worker's
   rollout per learner batch; only the runtime section differs."""
-  c = configs.seed(cartpole_sebulba())
+  c = presets.seed(cartpole_sebulba())
   c.total_env_steps = 2_000_000
   return c
 
@@ -64,9 +64,9 @@ def _atari_agent(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
   moved the parameters 0.0145 lr (rms) with a mean against 0.34 lr with the sum, and the
   policy by KL 1.4e-4 against 3.9e-3. Hence `reduction="sum"`.
   """
-  c.network = configs.impala_resnet()
+  c.network = presets.impala_resnet()
   c.loss = _vtrace("sum")
-  c.optimizer = configs.section("rmsprop", learning_rate=6e-4, decay=0.99, eps=0.01,
+  c.optimizer = presets.section("rmsprop", learning_rate=6e-4, decay=0.99, eps=0.01,
                                 max_grad_norm=40.0, anneal=True)
   return c
 
@@ -79,19 +79,19 @@ def pong_sebulba() -> config_dict.ConfigDict:
   c = _atari_agent(_base())
   c.total_env_steps = 50_000_000
   # 24 envs per actor thread split evenly over 1, 2, 3, 4, 6 or 8 learner devices.
-  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=20)
+  return presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=20)
 
 
 def pong_seed() -> config_dict.ConfigDict:
   """pong_sebulba under SEED: 12 local worker processes x 32 environments (a GPU box's
   16 cores), learner batches of 32 environments."""
-  return configs.seed(pong_sebulba(), num_local_workers=12, envs_per_worker=32)
+  return presets.seed(pong_sebulba(), num_local_workers=12, envs_per_worker=32)
 
 
 def pixel_catch_anakin() -> config_dict.ConfigDict:
   """IMPALA's Atari agent (`_atari_agent`: ResNet, RMSProp, summed losses) on Catch seen
   as uint8 frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
-  return configs.pixel_catch_anakin(_atari_agent(_base()), calls=24)  # 122,880 steps
+  return presets.pixel_catch_anakin(_atari_agent(_base()), calls=24)  # 122,880 steps
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
@@ -99,4 +99,4 @@ CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebu
            "pong_seed": pong_seed, "pixel_catch_anakin": pixel_catch_anakin}
 
 
-get_config = configs.getter("IMPALA", CONFIGS, default="cartpole_anakin")
+get_config = presets.getter("IMPALA", CONFIGS, default="cartpole_anakin")

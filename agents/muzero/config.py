@@ -11,20 +11,20 @@ actor trajectory is observed once and then learned from `runtime.updates_per_bat
 from ml_collections import config_dict
 
 from agents.r2d2.config import lane_replay
-from podracer import configs
+from podracer.config import presets
 
 
 def _base(total_env_steps: int, support: float, num_bins: int) -> config_dict.ConfigDict:
-  c = configs.experiment(total_env_steps)
-  c.agent = configs.section(
+  c = presets.experiment(total_env_steps)
+  c.agent = presets.section(
       "muzero", search="gumbel", num_simulations=16, max_num_considered_actions=16,
       num_unroll_steps=5, td_steps=5, discount=0.99, value_bootstrap="search",
       target_update_period=100, support_min=-support, support_max=support,
       num_bins=num_bins, value_coef=0.25, sgd_steps=1, importance_sampling_exponent=1.0,
       dirichlet_alpha=0.25, dirichlet_fraction=0.25, value_rescaling_eps=1e-3)
-  c.network = configs.section("muzero_mlp", num_bins=num_bins, embedding_size=64,
+  c.network = presets.section("muzero_mlp", num_bins=num_bins, embedding_size=64,
                               hidden_sizes=(64,), activation="relu")
-  c.optimizer = configs.section("adam", learning_rate=1e-3, eps=1e-8, max_grad_norm=5.0,
+  c.optimizer = presets.section("adam", learning_rate=1e-3, eps=1e-8, max_grad_norm=5.0,
                                 anneal=False)
   c.log.progress_metrics = ("search_value", "loss", "value_loss", "policy_loss")
   return c
@@ -33,12 +33,12 @@ def _base(total_env_steps: int, support: float, num_bins: int) -> config_dict.Co
 def catch_anakin() -> config_dict.ConfigDict:
   """MuZero on bsuite's Catch in JAX: 8 simulations, the replay on the devices."""
   c = _base(total_env_steps=200_000, support=1.0, num_bins=21)
-  c.env = configs.section("catch", rows=10, columns=5)
+  c.env = presets.section("catch", rows=10, columns=5)
   c.agent.update(dict(num_simulations=8, max_num_considered_actions=3, sgd_steps=8))
-  c.replay = configs.replay("device", batch_size=128, max_size=2_000, min_size=256,
+  c.replay = presets.replay("device", batch_size=128, max_size=2_000, min_size=256,
                             samples_per_insert=None)
   c.replay.priority_exponent = 1.0
-  return configs.anakin(c, num_envs_per_device=16, rollout_length=16, updates_per_call=16)
+  return presets.anakin(c, num_envs_per_device=16, rollout_length=16, updates_per_call=16)
 
 
 def cartpole_anakin() -> config_dict.ConfigDict:
@@ -56,23 +56,23 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   step) the last fifth held 147-465 over 7 runs of seeds 0-3. Bootstrapping from a target
   network or 10-step targets did worse; the learning rate anneals to 0 over the run."""
   c = _base(total_env_steps=500_000, support=20.0, num_bins=81)
-  c.env = configs.section("cartpole")
+  c.env = presets.section("cartpole")
   c.agent.update(dict(search="muzero", discount=0.997, num_simulations=16,
                       max_num_considered_actions=2, sgd_steps=8))
-  c.replay = configs.replay("device", batch_size=256, max_size=2_000, min_size=256,
+  c.replay = presets.replay("device", batch_size=256, max_size=2_000, min_size=256,
                             samples_per_insert=None)
   c.replay.priority_exponent = 1.0
   c.optimizer.anneal = True
-  return configs.anakin(c, num_envs_per_device=16, rollout_length=32, updates_per_call=8)
+  return presets.anakin(c, num_envs_per_device=16, rollout_length=32, updates_per_call=8)
 
 
 def _atari_network(c: config_dict.ConfigDict, channels=(16, 32, 32)) -> None:
   """The Atari model (`muzero_resnet` on the IMPALA torso) and MuZero's Atari optimizer:
   Adam with the paper's weight-decay-free learning rate 5e-4 (no annealing here)."""
-  c.network = configs.section("muzero_resnet", num_bins=c.agent.num_bins, torso="impala",
+  c.network = presets.section("muzero_resnet", num_bins=c.agent.num_bins, torso="impala",
                               channels_first=True, channels=channels, num_blocks=1,
                               head_hidden_size=256)
-  c.optimizer = configs.section("adam", learning_rate=5e-4, eps=1e-8, max_grad_norm=5.0,
+  c.optimizer = presets.section("adam", learning_rate=5e-4, eps=1e-8, max_grad_norm=5.0,
                                 anneal=False)
 
 
@@ -85,13 +85,13 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
   64 environments x 8 steps and 4 gradient steps (0.5 samples per env step) it never
   passed -0.21."""
   c = _base(total_env_steps=150_000, support=1.0, num_bins=21)
-  c.env = configs.pixel_catch()
+  c.env = presets.pixel_catch()
   c.agent.update(dict(num_simulations=8, max_num_considered_actions=3, sgd_steps=8))
   _atari_network(c)
-  c.replay = configs.replay("device", batch_size=64, max_size=4_000, min_size=256,
+  c.replay = presets.replay("device", batch_size=64, max_size=4_000, min_size=256,
                             samples_per_insert=None)
   c.replay.priority_exponent = 1.0
-  return configs.anakin(c, num_envs_per_device=16, rollout_length=16, updates_per_call=8)
+  return presets.anakin(c, num_envs_per_device=16, rollout_length=16, updates_per_call=8)
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
@@ -109,7 +109,7 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   c = cartpole_anakin()
   c.agent.update(dict(sgd_steps=1, discount=0.99))
   c.replay.batch_size = 256
-  c = configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=16,
+  c = presets.sebulba(c, presets.envpool("CartPole-v1"), num_envs_per_actor=16,
                       rollout_length=32)
   c.runtime.actor_threads_per_device = 1
   c.runtime.updates_per_batch = 8
@@ -132,10 +132,10 @@ def atari_sebulba() -> config_dict.ConfigDict:
   c.agent.update(dict(discount=0.997, num_simulations=16, td_steps=10, num_unroll_steps=5,
                       max_num_considered_actions=16))
   _atari_network(c)
-  c.replay = configs.replay(lane_replay(), batch_size=256, max_size=1_000_000 // 40,
+  c.replay = presets.replay(lane_replay(), batch_size=256, max_size=1_000_000 // 40,
                             min_size=1_000, samples_per_insert=0.5)
   c.replay.priority_exponent = 1.0
-  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=40,
+  return presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=40,
                                episodic_life=False, reward_clip=False)
 
 
@@ -143,4 +143,4 @@ CONFIGS = {"catch_anakin": catch_anakin, "cartpole_anakin": cartpole_anakin,
            "pixel_catch_anakin": pixel_catch_anakin, "cartpole_sebulba": cartpole_sebulba,
            "atari_sebulba": atari_sebulba}
 
-get_config = configs.getter("MuZero", CONFIGS, default="catch_anakin")
+get_config = presets.getter("MuZero", CONFIGS, default="catch_anakin")

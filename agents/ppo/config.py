@@ -7,25 +7,25 @@ and override any key with `--config.KEY=VALUE` (e.g. `--config.seed=1`).
 
 from ml_collections import config_dict
 
-from podracer import configs
+from podracer.config import presets
 
 
 def _base() -> config_dict.ConfigDict:
-  c = configs.experiment(total_env_steps=500_000)
-  c.env = configs.section("cartpole")
-  c.agent = configs.section("ppo", discount=0.99, gae_lambda=0.95, num_epochs=4,
+  c = presets.experiment(total_env_steps=500_000)
+  c.env = presets.section("cartpole")
+  c.agent = presets.section("ppo", discount=0.99, gae_lambda=0.95, num_epochs=4,
                             num_minibatches=4)
-  c.network = configs.section("mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh")
-  c.loss = configs.section("ppo", clip_epsilon=0.2, value_coef=0.5, entropy_coef=0.01,
+  c.network = presets.section("mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh")
+  c.loss = presets.section("ppo", clip_epsilon=0.2, value_coef=0.5, entropy_coef=0.01,
                            clip_value=True, normalize_advantages=True)
-  c.optimizer = configs.section("adam", learning_rate=2.5e-4, eps=1e-5, max_grad_norm=0.5,
+  c.optimizer = presets.section("adam", learning_rate=2.5e-4, eps=1e-5, max_grad_norm=0.5,
                                 anneal=True)
   return c
 
 
 def cartpole_anakin() -> config_dict.ConfigDict:
   """PPO on CartPole-v1 in JAX; PureJaxRL's hyperparameters."""
-  return configs.anakin(_base(), num_envs_per_device=4, rollout_length=128,
+  return presets.anakin(_base(), num_envs_per_device=4, rollout_length=128,
                         updates_per_call=16)
 
 
@@ -33,9 +33,9 @@ def catch_anakin() -> config_dict.ConfigDict:
   """PPO on bsuite's Catch in JAX."""
   c = _base()
   c.total_env_steps = 200_000
-  c.env = configs.section("catch", rows=10, columns=5)
+  c.env = presets.section("catch", rows=10, columns=5)
   c.optimizer.learning_rate = 5e-4
-  return configs.anakin(c, num_envs_per_device=16, rollout_length=32, updates_per_call=16)
+  return presets.anakin(c, num_envs_per_device=16, rollout_length=32, updates_per_call=16)
 
 
 def minatar_anakin() -> config_dict.ConfigDict:
@@ -45,20 +45,20 @@ def minatar_anakin() -> config_dict.ConfigDict:
   is `--config.env.env_id` (Breakout-, SpaceInvaders-, Asterix-, Freeway-MinAtar)."""
   c = _base()
   c.total_env_steps = 10_000_000
-  c.env = configs.section("gymnax", env_id="SpaceInvaders-MinAtar",
+  c.env = presets.section("gymnax", env_id="SpaceInvaders-MinAtar",
                           env_kwargs=config_dict.placeholder(dict),
                           env_params=config_dict.placeholder(dict))
   c.agent.num_minibatches = 8
   c.network.activation = "relu"
   c.optimizer.learning_rate = 5e-3
-  return configs.anakin(c, num_envs_per_device=64, rollout_length=128, updates_per_call=4)
+  return presets.anakin(c, num_envs_per_device=64, rollout_length=128, updates_per_call=4)
 
 
 def minatar_conv_anakin() -> config_dict.ConfigDict:
   """minatar_anakin with a conv network on the [10, 10, C] frame: the MinAtar paper's
   torso (a 3x3 conv of 16 channels, a dense 128) under the policy and value layers."""
   c = minatar_anakin()
-  c.network = configs.section("atari_actor_critic", torso="minatar", channels_first=False)
+  c.network = presets.section("atari_actor_critic", torso="minatar", channels_first=False)
   return c
 
 
@@ -71,7 +71,7 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   c.total_env_steps = 1_000_000
   # 12 envs per actor thread split evenly over 1, 2, 3, 4 or 6 learner devices. PPO's
   # clipped objective assumes fresh data: a policy lag of at most one update (Cleanba's).
-  return configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=12,
+  return presets.sebulba(c, presets.envpool("CartPole-v1"), num_envs_per_actor=12,
                          rollout_length=64, max_policy_lag=1)
 
 
@@ -81,7 +81,7 @@ def cartpole_seed() -> config_dict.ConfigDict:
   only the runtime section differs. CartPole's steps cost nothing, so the server's cost
   per message and per call decides: on the 2-core CPU this runs 1.45x four workers of 16
   with two inference threads (the same 64 environments; docs/seed.md)."""
-  c = configs.seed(cartpole_sebulba(), num_local_workers=2, envs_per_worker=32)
+  c = presets.seed(cartpole_sebulba(), num_local_workers=2, envs_per_worker=32)
   c.runtime.inference_threads_per_device = 1
   c.total_env_steps = 2_000_000
   return c
@@ -92,9 +92,9 @@ def _atari_agent(c: config_dict.ConfigDict) -> config_dict.ConfigDict:
   Adam 2.5e-4 (eps 1e-5) annealed to 0, gradient norm 0.5, 4 epochs of 4 minibatches,
   GAE 0.95, discount 0.99, entropy 0.01, value 0.5; the IMPALA ResNet torso, so PPO and
   IMPALA differ only in their agent, loss and optimizer sections."""
-  c.network = configs.impala_resnet()
+  c.network = presets.impala_resnet()
   c.loss.clip_epsilon = 0.1
-  c.optimizer = configs.section("adam", learning_rate=2.5e-4, eps=1e-5, max_grad_norm=0.5,
+  c.optimizer = presets.section("adam", learning_rate=2.5e-4, eps=1e-5, max_grad_norm=0.5,
                                 anneal=True)
   return c
 
@@ -105,7 +105,7 @@ def pong_sebulba() -> config_dict.ConfigDict:
   c = _atari_agent(_base())
   c.total_env_steps = 10_000_000
   # 24 envs per actor thread split evenly over 1, 2, 3, 4, 6 or 8 learner devices.
-  c = configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=32)
+  c = presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=24, rollout_length=32)
   c.runtime.max_policy_lag = 1  # As cartpole_sebulba: PPO wants fresh data.
   return c
 
@@ -113,13 +113,13 @@ def pong_sebulba() -> config_dict.ConfigDict:
 def pong_seed() -> config_dict.ConfigDict:
   """pong_sebulba under SEED: 12 local worker processes x 32 environments (a GPU box's
   16 cores), learner batches of 32 environments."""
-  return configs.seed(pong_sebulba(), num_local_workers=12, envs_per_worker=32)
+  return presets.seed(pong_sebulba(), num_local_workers=12, envs_per_worker=32)
 
 
 def pixel_catch_anakin() -> config_dict.ConfigDict:
   """PPO's Atari agent (`_atari_agent`: ResNet, Adam, clip 0.1) on Catch seen as uint8
   frame stacks [4, 20, 10]: a pixel learning test that runs on a CPU."""
-  return configs.pixel_catch_anakin(_atari_agent(_base()), calls=16)  # 81,920 steps
+  return presets.pixel_catch_anakin(_atari_agent(_base()), calls=16)  # 81,920 steps
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
@@ -129,4 +129,4 @@ CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "minatar_conv_anakin": minatar_conv_anakin}
 
 
-get_config = configs.getter("PPO", CONFIGS, default="cartpole_anakin")
+get_config = presets.getter("PPO", CONFIGS, default="cartpole_anakin")

@@ -9,22 +9,22 @@ and override any key with `--config.KEY=VALUE` (`--config.agent.lam=0.9`,
 
 from ml_collections import config_dict
 
-from podracer import configs
+from podracer.config import presets
 
 
 def _base(total_env_steps: int, lam: float, eps_finish: float, eps_decay: float,
           num_epochs: int, num_minibatches: int, learning_rate: float,
           anneal: bool) -> config_dict.ConfigDict:
-  c = configs.experiment(total_env_steps)
-  c.agent = configs.section("pqn", discount=0.99, lam=lam, eps_start=1.0,
+  c = presets.experiment(total_env_steps)
+  c.agent = presets.section("pqn", discount=0.99, lam=lam, eps_start=1.0,
                             eps_finish=eps_finish, eps_decay=eps_decay,
                             num_epochs=num_epochs, num_minibatches=num_minibatches,
                             reward_scale=1.0, eval_epsilon=0.0, acting_q_targets=True)
-  c.loss = configs.section("q_lambda", huber_delta=0.0)
-  c.network = configs.section("q_network", torso="mlp", hidden_sizes=(256, 256),
+  c.loss = presets.section("q_lambda", huber_delta=0.0)
+  c.network = presets.section("q_network", torso="mlp", hidden_sizes=(256, 256),
                               activation="relu", dueling=False, head_hidden_sizes=(),
                               channels_first=True, layer_norm=True)
-  c.optimizer = configs.section("radam", learning_rate=learning_rate, eps=1e-8,
+  c.optimizer = presets.section("radam", learning_rate=learning_rate, eps=1e-8,
                                 max_grad_norm=10.0, anneal=anneal)
   c.log.progress_metrics = ("loss", "q_mean", "epsilon")
   return c
@@ -38,9 +38,9 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   gymnax CartPole ends the return there)."""
   c = _base(500_000, lam=0.95, eps_finish=0.2, eps_decay=0.2, num_epochs=4,
             num_minibatches=16, learning_rate=1e-4, anneal=True)
-  c.env = configs.section("cartpole")
+  c.env = presets.section("cartpole")
   c.agent.reward_scale = 0.1
-  return configs.anakin(c, num_envs_per_device=32, rollout_length=64, updates_per_call=4)
+  return presets.anakin(c, num_envs_per_device=32, rollout_length=64, updates_per_call=4)
 
 
 def minatar_anakin() -> config_dict.ConfigDict:
@@ -52,11 +52,11 @@ def minatar_anakin() -> config_dict.ConfigDict:
   (Asterix-, Breakout-, Freeway-, SpaceInvaders-MinAtar)."""
   c = _base(10_000_000, lam=0.65, eps_finish=0.05, eps_decay=0.1, num_epochs=2,
             num_minibatches=32, learning_rate=5e-4, anneal=True)
-  c.env = configs.section("gymnax", env_id="Asterix-MinAtar",
+  c.env = presets.section("gymnax", env_id="Asterix-MinAtar",
                           env_kwargs=config_dict.placeholder(dict),
                           env_params=config_dict.placeholder(dict))
   c.network.update(dict(torso="minatar", channels_first=False))
-  return configs.anakin(c, num_envs_per_device=128, rollout_length=32, updates_per_call=4)
+  return presets.anakin(c, num_envs_per_device=128, rollout_length=32, updates_per_call=4)
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
@@ -64,14 +64,14 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   actor thread x 64 steps, a policy lag of at most one update (PQN learns from the
   newest rollout, as PPO does)."""
   c = cartpole_anakin()
-  return configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=32,
+  return presets.sebulba(c, presets.envpool("CartPole-v1"), num_envs_per_actor=32,
                          rollout_length=64, max_policy_lag=1)
 
 
 def cartpole_seed() -> config_dict.ConfigDict:
   """cartpole_sebulba under SEED: 2 worker processes x 32 environments, one worker's
   rollouts per learner batch."""
-  return configs.seed(cartpole_sebulba(), num_local_workers=2, envs_per_worker=32)
+  return presets.seed(cartpole_sebulba(), num_local_workers=2, envs_per_worker=32)
 
 
 def atari_sebulba() -> config_dict.ConfigDict:
@@ -84,11 +84,11 @@ def atari_sebulba() -> config_dict.ConfigDict:
   c = _base(10_000_000, lam=0.65, eps_finish=0.001, eps_decay=0.1, num_epochs=2,
             num_minibatches=32, learning_rate=2.5e-4, anneal=False)
   c.network.update(dict(torso="nature", channels_first=True))
-  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=64, rollout_length=32)
+  return presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=64, rollout_length=32)
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "minatar_anakin": minatar_anakin,
            "cartpole_sebulba": cartpole_sebulba, "cartpole_seed": cartpole_seed,
            "atari_sebulba": atari_sebulba}
 
-get_config = configs.getter("PQN", CONFIGS, default="cartpole_anakin")
+get_config = presets.getter("PQN", CONFIGS, default="cartpole_anakin")

@@ -12,18 +12,18 @@ import os
 
 from ml_collections import config_dict
 
-from podracer import configs
+from podracer.config import presets
 
 
 def _base(total_env_steps: int) -> config_dict.ConfigDict:
-  c = configs.experiment(total_env_steps)
-  c.agent = configs.section(
+  c = presets.experiment(total_env_steps)
+  c.agent = presets.section(
       "r2d2", discount=0.99, n_step=3, burn_in=4, target_update_period=100,
       importance_sampling_exponent=0.6, priority_eta=0.9, epsilon_base=0.4,
       epsilon_alpha=7.0, epsilon_anneal_steps=0, value_rescaling_eps=1e-3)
-  c.network = configs.section("recurrent_q", torso="mlp", hidden_sizes=(64,),
+  c.network = presets.section("recurrent_q", torso="mlp", hidden_sizes=(64,),
                               activation="relu", lstm_size=64, head_hidden_sizes=(64,))
-  c.optimizer = configs.section("adam", learning_rate=1e-3, eps=1e-3, max_grad_norm=40.0,
+  c.optimizer = presets.section("adam", learning_rate=1e-3, eps=1e-3, max_grad_norm=40.0,
                                 anneal=False)
   return c
 
@@ -43,15 +43,15 @@ def lane_replay() -> str:
 def catch_anakin() -> config_dict.ConfigDict:
   """R2D2 on bsuite's Catch in JAX, replay on the devices inside the compiled program."""
   c = _base(total_env_steps=300_000)
-  c.env = configs.section("catch", rows=10, columns=5)
+  c.env = presets.section("catch", rows=10, columns=5)
   c.agent.burn_in = 2
   # The reported return is the actors' own, exploration included: Catch needs little.
   c.agent.epsilon_base = 0.1
   # 32 envs: Ape-X's epsilons leave most of them nearly greedy, so the mean return
   # reflects what the agent learned. Each update inserts 32 sequences and samples 128.
-  c.replay = configs.replay("device", batch_size=128, max_size=8_000, min_size=512,
+  c.replay = presets.replay("device", batch_size=128, max_size=8_000, min_size=512,
                             samples_per_insert=4.0)
-  return configs.anakin(c, num_envs_per_device=32, rollout_length=8, updates_per_call=16)
+  return presets.anakin(c, num_envs_per_device=32, rollout_length=8, updates_per_call=16)
 
 
 def cartpole_sebulba() -> config_dict.ConfigDict:
@@ -80,11 +80,11 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   # 500 slid back (device replay, seed 1: 487 at 47K, then down to 125-200 with mean
   # max-Q falling from 60 to 45: a forgetting of failure states, we think; last 20 %: 162).
   # With 20,000 the same seed holds 437 and the device replay's seeds 0-4 all hold 400.
-  c.replay = configs.replay("reverb", batch_size=64, max_size=20_000, min_size=256,
+  c.replay = presets.replay("reverb", batch_size=64, max_size=20_000, min_size=256,
                             samples_per_insert=64 / 12)
   # Acting and learning take turns (each trajectory is acted with the parameters of the
   # updates before it): with the device or the host replay the run is the same every time.
-  c = configs.sebulba(c, configs.envpool("CartPole-v1"), num_envs_per_actor=12,
+  c = presets.sebulba(c, presets.envpool("CartPole-v1"), num_envs_per_actor=12,
                       rollout_length=10)
   c.runtime.max_policy_lag = 0
   return c
@@ -95,7 +95,7 @@ def cartpole_seed() -> config_dict.ConfigDict:
   sequences inserted into the replay as they are cut; only the runtime section differs
   (`--config.replay.name=host` in the default lane, which has no Reverb). The learner
   samples while the workers step (SEED's server takes no turns with a host replay)."""
-  c = configs.seed(cartpole_sebulba())
+  c = presets.seed(cartpole_sebulba())
   c.runtime.max_policy_lag = None
   return c
 
@@ -110,15 +110,15 @@ def atari_sebulba() -> config_dict.ConfigDict:
   7.7 KB per env step, 31 GB at capacity) in the default lane, Reverb in its own."""
   c = _base(total_env_steps=200_000_000)
   c.agent.update(dict(discount=0.997, n_step=5, burn_in=40, target_update_period=2500))
-  c.network = configs.section("recurrent_q", torso="nature", hidden_sizes=(512,),
+  c.network = presets.section("recurrent_q", torso="nature", hidden_sizes=(512,),
                               activation="relu", lstm_size=512, head_hidden_sizes=(512,),
                               channels_first=True)
-  c.optimizer = configs.section("adam", learning_rate=1e-4, eps=1e-3, max_grad_norm=40.0,
+  c.optimizer = presets.section("adam", learning_rate=1e-4, eps=1e-3, max_grad_norm=40.0,
                                 anneal=False)
   # 4M observations in sequences that advance 40 steps each.
-  c.replay = configs.replay(lane_replay(), batch_size=64, max_size=4_000_000 // 40,
+  c.replay = presets.replay(lane_replay(), batch_size=64, max_size=4_000_000 // 40,
                             min_size=6_250, samples_per_insert=0.5)
-  return configs.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=40,
+  return presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=40,
                                episodic_life=False, reward_clip=False)
 
 
@@ -126,4 +126,4 @@ CONFIGS = {"catch_anakin": catch_anakin, "cartpole_sebulba": cartpole_sebulba,
            "cartpole_seed": cartpole_seed, "atari_sebulba": atari_sebulba}
 
 
-get_config = configs.getter("R2D2", CONFIGS, default="catch_anakin")
+get_config = presets.getter("R2D2", CONFIGS, default="catch_anakin")

@@ -74,7 +74,8 @@ def out_of_range(factory: Callable[..., Any],
   """(parameter, why) for the first value of `kwargs` outside its declared range; None."""
   for name, allowed in declared_ranges(factory).items():
     value = kwargs.get(name)
-    if _traced(value):  # One run's swept value (podracer/runs.py), checked before tracing.
+    # One run's swept value (podracer/config/runs.py), checked before tracing.
+    if _traced(value):
       continue
     if value is not None and not allowed.admits(value):
       return name, f"is {allowed.words} in {allowed.interval()}, got {value!r}"

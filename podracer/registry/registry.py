@@ -11,7 +11,7 @@ import difflib
 import inspect
 from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
 
-from podracer import imports
+from podracer.registry import imports
 from podracer.errors import ConfigError
 
 T = TypeVar("T", bound=Callable[..., Any])
@@ -50,7 +50,7 @@ def with_article(kind: str) -> str:
 
 def _import_hint(kind: str) -> str:
   """Where a component of one's own comes from: the module that registers it must be
-  imported (podracer/imports.py), and which ones were."""
+  imported (podracer/registry/imports.py), and which ones were."""
   done = imports.imported()
   loaded = (f"The modules imported with --import or the config's `imports` are: "
             f"{', '.join(done)}." if done else

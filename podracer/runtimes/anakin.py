@@ -19,16 +19,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import evaluation as evaluation_lib
-from podracer import mesh as mesh_lib
-from podracer import preemption, registry, trajectories
-from podracer.runs import Runs
+from podracer.lifecycle import evaluation as evaluation_lib, preemption
+from podracer import mesh as mesh_lib, registry, trajectories
+from podracer.config.runs import Runs
 from podracer.agent import Agent
 from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError
 from podracer.experience import host_replay
-from podracer.memory import check_device_fits, tree_bytes
-from podracer.metrics import RateMeter, Window, device_counts, episode_sums, warming_up
+from podracer.lifecycle.memory import check_device_fits, tree_bytes
+from podracer.logs.metrics import RateMeter, Window, device_counts, episode_sums, warming_up
 from podracer.runtime import Plan, Runtime, plan_rounds
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
@@ -71,7 +70,7 @@ class Anakin(Runtime):
   Options = AnakinOptions
   environment_kind = "jax"
 
-  supports_runs = True  # `num_runs` and `sweep` (podracer/runs.py)
+  supports_runs = True  # `num_runs` and `sweep` (podracer/config/runs.py)
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: AnakinOptions, plan: Plan, seed: int, runs: Optional[Runs] = None,
@@ -92,7 +91,7 @@ class Anakin(Runtime):
     self.updates_per_call = options.updates_per_call
     self.plan = plan
     self.steps_per_call, self.num_calls = plan.env_steps_per_round, plan.num_rounds
-    # Many runs (podracer/runs.py): one run's program vmapped over the `runs` axis, each
+    # Many runs (podracer/config/runs.py): one run's program vmapped over the `runs` axis, each
     # run's agent built by `agent_for` from its swept values (traced in the program).
     self.runs, self._agent_for = runs, agent_for
     self.num_runs = runs.num_runs if runs else 1
@@ -336,9 +335,9 @@ class Anakin(Runtime):
   def run(self, logger, state: Optional[AnakinState] = None,
           checkpointer: Optional[Any] = None, evaluation: Optional[Any] = None
           ) -> AnakinState:
-    """Runs the remaining calls; with a `checkpointer` (podracer/checkpoint.py), first
+    """Runs the remaining calls; with a `checkpointer` (podracer/lifecycle/checkpoint.py), first
     resumes from its latest checkpoint and saves as it goes, at the end and when stopped;
-    with an `evaluation` (podracer/evaluation.py), adds `eval_return` to records."""
+    with an `evaluation` (podracer/lifecycle/evaluation.py), adds `eval_return` to records."""
     state = self.init() if state is None else state
     evaluate = self._evaluator(evaluation) if evaluation is not None else None
     state, first_call = self._resume(state, checkpointer)

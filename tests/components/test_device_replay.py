@@ -8,7 +8,7 @@ import pytest
 
 from podracer import builder, mesh, registry
 from podracer.components.replay import Sample, importance_weights
-from podracer.metrics import RateMeter, device_counts
+from podracer.logs.metrics import RateMeter, device_counts
 from podracer.components.replay.device import DeviceReplay, DeviceReplayState
 
 SPEC = {"obs": jax.ShapeDtypeStruct((3,), jnp.float32),
@@ -223,7 +223,7 @@ def test_counts_are_summed_over_replicas_and_become_rates(monkeypatch):
   assert device_counts(object(), state) is None  # replays without counters: no rates
 
   clock = iter([10.0, 12.0, 16.0])
-  monkeypatch.setattr("podracer.metrics.time.perf_counter", lambda: next(clock))
+  monkeypatch.setattr("podracer.logs.metrics.time.perf_counter", lambda: next(clock))
   meter = RateMeter(inserts=100, samples=0)
   assert meter.rates(140, 100) == dict(replay_inserts_per_s=20.0, replay_samples_per_s=50.0,
                                        sample_to_insert_ratio=2.5)

@@ -21,7 +21,7 @@ records carry `run`), `resumed` (the records a resumed run kept, which it has al
 written once: write them again only if starting over) and `config` (the run's config as
 a dict). What every logger gets alike is decided in one place, `metrics.MetricsLogger`:
 records are strict JSON (NaN and infinities are None), each `write` and `close` runs
-inside `podracer.disk.writing` (a full or failing disk is one paragraph naming the
+inside `podracer.logs.disk.writing` (a full or failing disk is one paragraph naming the
 logger's `what` and `where`, and nothing more is written), and the progress line and
 the plot are its own.
 """
@@ -34,7 +34,7 @@ from typing import Any, Dict, Sequence
 from podracer import registry
 from podracer.errors import ConfigError
 from podracer.logs import CsvLogger, JsonlLogger, Logger, TensorBoardLogger
-from podracer.wandb_log import WandbLogger
+from podracer.logs.wandb import WandbLogger
 from podracer.registry.build import build, check_kwargs
 
 

@@ -22,7 +22,7 @@ Kinds (`kind` attribute):
             `write_priorities(keys, priorities)`, `info()`, `close()`.
 
 Runtimes report a replay's throughput (items inserted and sampled per second, and their
-ratio) with `podracer.metrics.RateMeter`, from running totals: a host replay's `info()`,
+ratio) with `podracer.logs.metrics.RateMeter`, from running totals: a host replay's `info()`,
 or a device replay's `counts(state)`, read on the host when a metrics record is written.
 """
 

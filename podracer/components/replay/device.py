@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from podracer import registry
 from podracer.components.replay.table import check_local_table, default_error_buffer
 from podracer.experience import Sample
-from podracer.memory import check_device_fits, tree_bytes
+from podracer.lifecycle.memory import check_device_fits, tree_bytes
 from podracer.types import PyTree, strip_weak_types
 
 
@@ -73,7 +73,7 @@ class DeviceReplay:
     error_buffer: slack of that limit; default max(1, samples_per_insert) * batch_size.
     address: Reverb's server address; must stay None (this replay has no server).
     checkpoint: None or True: the buffer is part of the learner's state, which every
-      checkpoint of the run holds (podracer/checkpoint.py); it cannot be left out.
+      checkpoint of the run holds (podracer/lifecycle/checkpoint.py); it cannot be left out.
   """
 
   kind = "device"

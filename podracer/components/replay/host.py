@@ -54,7 +54,7 @@ from podracer import registry
 from podracer.components.replay.table import check_local_table, default_error_buffer
 from podracer.components.replay.sampled import SampledBatch
 from podracer.errors import ReplayTimeout
-from podracer.memory import check_fits, gib, host_memory
+from podracer.lifecycle.memory import check_fits, gib, host_memory
 from podracer.types import PyTree, Trajectory
 
 

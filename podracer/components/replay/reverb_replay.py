@@ -108,7 +108,7 @@ class ReverbReplay(SampledBatch):
     table: the table's name.
     checkpoint_dir: the embedded server checkpoints there, and starts from the latest
       checkpoint found there.
-    checkpoint: the run's checkpoints include the table (podracer/checkpoint.py): each
+    checkpoint: the run's checkpoints include the table (podracer/lifecycle/checkpoint.py): each
       one also has the server write a Reverb checkpoint (through the client), into
       `checkpoint_dir`, by default WORKDIR/checkpoints/reverb/, and a resumed run's
       embedded server starts from the latest. A joined server (`address`) writes into

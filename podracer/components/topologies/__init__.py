@@ -14,8 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import jax
 
-from podracer import distributed, registry
-from podracer import mesh as mesh_lib
+from podracer import distributed, registry, mesh as mesh_lib
 from podracer.errors import ConfigError
 
 

@@ -21,7 +21,7 @@ from podracer import trajectories
 from podracer.agent import Agent
 from podracer.errors import ReplayTimeout
 from podracer.experience import HostReplay
-from podracer.metrics import episode_sums
+from podracer.logs.metrics import episode_sums
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, shard_over
 from podracer.types import PyTree, Trajectory

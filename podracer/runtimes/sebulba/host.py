@@ -20,9 +20,8 @@ from typing import Any, Callable, Dict, List, Optional
 import jax
 import numpy as np
 
-from podracer import evaluation as evaluation_lib
-from podracer import contracts, distributed, preemption
-from podracer import mesh as mesh_lib
+from podracer.lifecycle import evaluation as evaluation_lib, preemption
+from podracer import contracts, distributed, mesh as mesh_lib
 from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Runtime
@@ -131,7 +130,7 @@ class HostRuntime(Runtime):
         self._stop_producers()
     return steps / (time.perf_counter() - start) if start is not None else 0.0
 
-  # -- checkpoints (podracer/checkpoint.py) ----------------------------------------
+  # -- checkpoints (podracer/lifecycle/checkpoint.py) ----------------------------------------
 
   def _restore(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
     """Puts the latest checkpoint's learner state, key and counters in place."""
@@ -166,7 +165,7 @@ class HostRuntime(Runtime):
     With a `checkpointer`, first resumes from its latest checkpoint (the learner's state
     and counters; producers start new episodes), then saves every interval (from the
     learner thread, between updates), at the end and when stopped. With an `evaluation`
-    (podracer/evaluation.py), the learner thread evaluates between updates.
+    (podracer/lifecycle/evaluation.py), the learner thread evaluates between updates.
     """
     state = self._start_learner()
     output, source = self.path.open(checkpointer)
@@ -253,7 +252,7 @@ class HostRuntime(Runtime):
 
 
 class HostEvaluator:
-  """`eval_return` for the learner thread (podracer/evaluation.py): the agent's evaluation
+  """`eval_return` for the learner thread (podracer/lifecycle/evaluation.py): the agent's evaluation
   policy on a host environment of `evaluation.episodes` environments, built on first use."""
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], evaluation: Any,

@@ -24,12 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import distributed
-from podracer import mesh as mesh_lib
+from podracer import distributed, mesh as mesh_lib
 from podracer.agent import Agent
 from podracer.errors import ReplayTimeout
 from podracer.experience import HostReplay, sample_for_replicas
-from podracer.metrics import RateMeter, Window, device_counts, warming_up
+from podracer.logs.metrics import RateMeter, Window, device_counts, warming_up
 from podracer.runtime import Plan
 from podracer.runtimes.compile_once import compile_once
 from podracer.runtimes.sebulba import threads

@@ -29,7 +29,7 @@ from podracer import distributed, trajectories
 from podracer.agent import Agent, item_spec
 from podracer.errors import ConfigError
 from podracer.experience import HostReplay, host_replay
-from podracer.memory import check_device_fits, tree_bytes
+from podracer.lifecycle.memory import check_device_fits, tree_bytes
 from podracer.runtimes.sebulba.actor import ToLearners, ToReplay
 from podracer.runtimes.sebulba.learner import FromQueue, FromReplay
 from podracer.types import PyTree, Trajectory

@@ -15,8 +15,7 @@ from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Plan, plan_rounds
 from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.actor import Actor
-from podracer.runtimes.sebulba.actor import act_and_advance_key
+from podracer.runtimes.sebulba.actor import Actor, act_and_advance_key
 from podracer.runtimes.sebulba.host import HostEvaluator, HostRuntime, LearnerOptions
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound
 from podracer.runtimes.sebulba.paths import REPLAY_DIR, data_path

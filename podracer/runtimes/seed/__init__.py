@@ -1,7 +1,7 @@
 """SEED (seed-rl-notes.md): environment-only worker processes, central batched inference.
 
   workers  (podracer/worker.py) processes of this or other hosts, each stepping one host
-           environment; one message per step to the server (podracer/transport.py).
+           environment; one message per step to the server (podracer/distributed/transport.py).
   server   (server.py) one inference thread per actor device: batches the workers'
            steps into one `agent.act`, keeps every environment's actor state in a slot,
            assembles each worker's trajectories and hands learner batches to Sebulba's

@@ -16,7 +16,9 @@ from typing import Any, Callable, Optional
 
 import jax
 
-from podracer import distributed, imports, registry, trajectories, transport
+from podracer import distributed, registry, trajectories
+from podracer.registry import imports
+from podracer.distributed import transport
 from podracer.agent import Agent
 from podracer.errors import ConfigError, EnvironmentWorkerError
 from podracer.runtime import Plan, plan_rounds
@@ -140,7 +142,7 @@ class Seed(HostRuntime):
     if distributed.process_count() > 1:
       raise ConfigError("runtime.name=seed runs in one process: its workers bring the "
                         "scale. Several learner processes are not supported yet; launch "
-                        "without podracer.launch_local.")
+                        "without podracer.distributed.launch_local.")
     _check_state_axis(agent, options.workers * options.envs_per_worker)
     _check_address(options)
     self._use_path(data_path(

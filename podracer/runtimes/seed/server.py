@@ -35,7 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer import trajectories, transport
+from podracer import trajectories
+from podracer.distributed import transport
 from podracer.agent import Agent
 from podracer.runtimes.compile_once import compile_once
 from podracer.runtimes.sebulba import threads

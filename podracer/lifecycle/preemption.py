@@ -67,7 +67,7 @@ def deferred():
 def coordinate() -> None:
   """A run over several processes that checkpoints: from now on a SIGTERM only marks the
   stop as requested (`requested()`), and the processes agree on the step at which all
-  save and stop (podracer/checkpoint.py's `MultiProcessCheckpointer`), so that none
+  save and stop (podracer/lifecycle/checkpoint.py's `MultiProcessCheckpointer`), so that none
   stops in a collective the others are still in."""
   _deferral["coordinated"] = True
 

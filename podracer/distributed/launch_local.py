@@ -1,6 +1,6 @@
 """Runs one podracer run as N processes on this machine:
 
-  python -m podracer.launch_local --num_processes=2 [--devices_per_process=4] -- \\
+  python -m podracer.distributed.launch_local --num_processes=2 [--devices_per_process=4] -- \\
       --config=agents/ppo/config.py:cartpole_anakin --workdir=DIR [--config.KEY=VALUE ...]
 
 Starts `python -m podracer.launch ARGS --coordinator=localhost:PORT --num_processes=N
@@ -99,7 +99,7 @@ class Processes:
 
 def parse(argv: List[str]) -> argparse.Namespace:
   parser = argparse.ArgumentParser(
-      prog="python -m podracer.launch_local",
+      prog="python -m podracer.distributed.launch_local",
       description="Runs podracer.launch as several processes on this machine.",
       epilog="Everything after `--` goes to podracer.launch.")
   parser.add_argument("--num_processes", type=int, required=True)

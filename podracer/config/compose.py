@@ -38,16 +38,16 @@ from podracer.registry.build import BUILDER_ARGS
 RUN_KEYS = {
     "seed": "podracer/builder.py",
     "total_env_steps": "podracer/builder.py",
-    "stop_at_return": "podracer/metrics.py",
-    "nan_policy": "podracer/guards.py",
-    "checkpoint_interval": "podracer/checkpoint.py",
-    "checkpoints_to_keep": "podracer/checkpoint.py",
-    "log": "podracer/metrics.py",  # log.progress_metrics
-    "eval_interval": "podracer/evaluation.py",
-    "eval_episodes": "podracer/evaluation.py",
-    "num_runs": "podracer/runs.py",
-    "sweep": "podracer/runs.py",
-    "imports": "podracer/imports.py",
+    "stop_at_return": "podracer/logs/metrics.py",
+    "nan_policy": "podracer/lifecycle/guards.py",
+    "checkpoint_interval": "podracer/lifecycle/checkpoint.py",
+    "checkpoints_to_keep": "podracer/lifecycle/checkpoint.py",
+    "log": "podracer/logs/metrics.py",  # log.progress_metrics
+    "eval_interval": "podracer/lifecycle/evaluation.py",
+    "eval_episodes": "podracer/lifecycle/evaluation.py",
+    "num_runs": "podracer/config/runs.py",
+    "sweep": "podracer/config/runs.py",
+    "imports": "podracer/registry/imports.py",
 }
 
 # Sections every run builds, and the registry each names a component of.
@@ -99,7 +99,7 @@ def sections_message(config: Any) -> str:
   except (AttributeError, KeyError, ConfigError):  # No agent to ask.
     return f"the run keys are {', '.join(RUN_KEYS)}."
   return (f"agent '{config.agent.name}' uses the sections {', '.join(used)}; the other "
-          f"top-level keys are {', '.join(RUN_KEYS)} (podracer/compose.py RUN_KEYS).")
+          f"top-level keys are {', '.join(RUN_KEYS)} (podracer/config/compose.py RUN_KEYS).")
 
 
 def check_used(config: Any) -> None:

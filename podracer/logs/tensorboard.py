@@ -4,7 +4,7 @@ Written with tensorboardX, a small writer that needs protobuf but no TensorFlow.
 numeric value of a metrics record becomes a scalar of the same name, at step `env_steps`.
 `read_scalars` reads the files back (tests use it; TensorBoard itself reads them too).
 
-A resumed run (podracer/checkpoint.py) keeps the records up to its checkpoint and drops
+A resumed run (podracer/lifecycle/checkpoint.py) keeps the records up to its checkpoint and drops
 the later ones from `metrics.jsonl`; its writer replaces the event files with those kept
 records, so the steps it writes again appear once, with the values `metrics.jsonl` has.
 """
@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
+
+from podracer.logs.base import Logger
 
 EVENTS_PREFIX = "events.out.tfevents."
 FLUSH_SECONDS = 5  # How stale a live TensorBoard view of a run may be.
@@ -115,7 +117,7 @@ def open_writer(logdir: str, stream=sys.stderr,
 
 
 class PerRunWriter:
-  """One writer per run of many (podracer/runs.py), each in `logdir/run_R`, so that
+  """One writer per run of many (podracer/config/runs.py), each in `logdir/run_R`, so that
   TensorBoard shows the runs side by side; records are routed by their `run`."""
 
   def __init__(self, writers: List[TensorBoardWriter]):
@@ -174,3 +176,24 @@ def _records(path: str):
       data = f.read(length)
       f.read(4)
       yield data
+
+
+class TensorBoardLogger(Logger):
+  """TensorBoard event files (tensorboardX, no TensorFlow): each numeric value a scalar at
+  step `env_steps`; None (NaN) left out; many runs in run_0/, run_1/, ..."""
+
+  what = "TensorBoard event files"
+
+  def __init__(self, workdir: str, num_runs: Optional[int] = None,
+               resumed: Optional[List[Dict[str, Any]]] = None):
+    self.where = workdir
+    self._writer = (open_run_writers(workdir, num_runs, resumed=resumed)
+                    if num_runs else open_writer(workdir, resumed=resumed))
+
+  def write(self, record: Dict[str, Any]) -> None:
+    if self._writer is not None:
+      self._writer.write(record)
+
+  def close(self) -> None:
+    if self._writer is not None:
+      self._writer.close()

@@ -1,7 +1,7 @@
 """The run's workdir: checked before the build, and never silently overwritten.
 
 A workdir that already holds a run's metrics is resumed from when it also holds a
-checkpoint (podracer/checkpoint.py) and the same config, the step budget aside; it is
+checkpoint (podracer/lifecycle/checkpoint.py) and the same config, the step budget aside; it is
 refused otherwise (a different config, or a run that cannot resume: nothing
 checkpointed, so relaunching would start again from zero and overwrite its metrics)
 unless the launcher is given `--fresh`, which moves the previous run's files into
@@ -20,10 +20,10 @@ import tempfile
 import time
 from typing import Any, Optional
 
-from podracer.checkpoint import CHECKPOINT_DIR, has_checkpoint
+from podracer.lifecycle.checkpoint import CHECKPOINT_DIR, has_checkpoint
 from podracer.errors import ConfigError
-from podracer.metrics import METRICS_FILE, PLOT_FILE
-from podracer.tensorboard import EVENTS_PREFIX
+from podracer.logs.metrics import METRICS_FILE, PLOT_FILE
+from podracer.logs.tensorboard import EVENTS_PREFIX
 
 CONFIG_FILE = "config.json"
 PREVIOUS_DIR = "previous"

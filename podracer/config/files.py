@@ -26,7 +26,7 @@ EXAMPLE = "--config=agents/ppo/config.py:cartpole_anakin"
 
 class UnknownConfigName(ValueError):
   """A config file's `get_config(NAME)` was asked for a NAME it does not define
-  (`podracer.configs.getter` raises it, listing the names it has)."""
+  (`podracer.config.presets.getter` raises it, listing the names it has)."""
 
 
 def split(flag_value: str) -> Tuple[str, Optional[str]]:

@@ -1,5 +1,5 @@
 """Where a run's numbers go: a progress line, its loggers (`log.loggers`: metrics.jsonl
-and TensorBoard event files by default, podracer/logs.py) and a learning-curve plot; and
+and TensorBoard event files by default, podracer/logs/) and a learning-curve plot; and
 the host-side meters runtimes fill records with (replay rates, device counters)."""
 
 from __future__ import annotations
@@ -14,19 +14,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
-from podracer import disk, logs, runs as runs_lib
 from podracer.errors import DiskError
+from podracer.logs import base, disk, runs as runs_lib
+from podracer.logs.default import DEFAULT_LOGGERS, PROGRESS_METRICS, default_loggers
 
-METRICS_FILE = logs.METRICS_FILE
+METRICS_FILE = base.METRICS_FILE
 PLOT_FILE = "learning_curve.png"
-# Where records go unless `log.loggers` says otherwise (podracer/components/loggers).
-DEFAULT_LOGGERS = ("jsonl", "tensorboard")
-
-
-# The learner metrics the progress line shows by default, when a record has them. A
-# config's `log.progress_metrics` picks others: any metric a loss returns, by name.
-PROGRESS_METRICS = ("loss", "policy_loss", "value_loss", "entropy", "policy_lag")
-# Keys of a config's `log` section (declared in podracer/compose.py RUN_KEYS): these, and
+# Keys of a config's `log` section (declared in podracer/config/compose.py RUN_KEYS): these, and
 # a section of options per logger it names (`log.wandb.project`).
 LOG_KEYS = ("progress_metrics", "loggers")
 
@@ -43,9 +37,9 @@ class MetricsLogger:
   `rates_per_env_step` ({metric: work per env step}) times `sps`.
 
   With a `workdir`, every record goes to the run's loggers: `loggers(resumed)` builds
-  them ({name: podracer.logs.Logger}; the builder's, from `log.loggers`), by default
+  them ({name: podracer.base.Logger}; the builder's, from `log.loggers`), by default
   metrics.jsonl and TensorBoard event files. Each gets the same strict-JSON record (None
-  for NaN), and each write and close runs inside `podracer.disk.writing`: the first disk
+  for NaN), and each write and close runs inside `podracer.logs.disk.writing`: the first disk
   failure is one DiskError naming the logger's files, after which nothing is written.
   """
 
@@ -58,9 +52,9 @@ class MetricsLogger:
                rates_per_env_step: Optional[Dict[str, float]] = None,
                runs: Optional[Any] = None,
                loggers: Optional[Callable[[Optional[List[Dict[str, Any]]]],
-                                          Dict[str, logs.Logger]]] = None):
+                                          Dict[str, base.Logger]]] = None):
     self.workdir = workdir
-    # Many runs in one program (podracer/runs.py): records carry `run`; see `write_runs`.
+    # Many runs in one program (podracer/config/runs.py): records carry `run`; see `write_runs`.
     self.runs = runs
     self._reached_runs: set = set()
     self.rates_per_env_step = dict(rates_per_env_step or {})
@@ -77,7 +71,7 @@ class MetricsLogger:
     # Names a config chose that the first learner record lacks are said once.
     self._progress_checked = tuple(progress_metrics) == PROGRESS_METRICS
     self._warm_up_unchecked = True  # whether the replay can reach min_size: said once
-    self._loggers: Dict[str, logs.Logger] = {}
+    self._loggers: Dict[str, base.Logger] = {}
     self.disk_failed = False  # A write failed because of the disk (see `_write_files`).
     if workdir:
       os.makedirs(workdir, exist_ok=True)
@@ -86,7 +80,7 @@ class MetricsLogger:
         self.records = _truncate(path, resume_records)
         self._start -= self.records[-1]["wall_time"] if self.records else 0.0
       resumed = self.records if resume_records is not None else None
-      make = loggers or (lambda kept: logs.default_loggers(workdir, runs and runs.num_runs,
+      make = loggers or (lambda kept: default_loggers(workdir, runs and runs.num_runs,
                                                            kept))
       with disk.writing("the run's log files", workdir):
         self._loggers = make(resumed)

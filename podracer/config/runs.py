@@ -140,7 +140,7 @@ def _current_value(config: Any, key: str) -> Any:
   if arg in section and section[arg] is not None:
     current = section[arg]
   else:
-    from podracer import compose  # Lazy: compose imports the registries.
+    from podracer.config import compose  # Lazy: compose imports the registries.
     reg = compose.section_registry(head)
     defaults = compose.section_defaults(reg, section.name, head) if reg else {}
     if arg not in defaults:
@@ -203,82 +203,3 @@ def add_sweep(config: Any, sweeps: Mapping[str, str]) -> None:
         node[head] = config_dict.ConfigDict()
       node = node[head]
     node[last] = text
-
-
-# -- outputs ----------------------------------------------------------------------------
-
-def progress_record(records: List[Dict[str, Any]]) -> Dict[str, Any]:
-  """One call's records of all runs as one, for the progress line: the first run's, with
-  the mean return over runs, its min and max, and steps/s summed over runs."""
-  out = dict(records[0], num_runs=len(records))
-  returns = [r["episode_return"] for r in records if r.get("episode_return") is not None]
-  if returns:
-    out.update(episode_return=sum(returns) / len(returns), episode_return_min=min(returns),
-               episode_return_max=max(returns))
-  else:
-    out.pop("episode_return", None)
-  evaluated = [r["eval_return"] for r in records if r.get("eval_return") is not None]
-  if evaluated:
-    out["eval_return"] = sum(evaluated) / len(evaluated)
-  if "sps" in out:
-    out["sps"] = sum(r.get("sps", 0.0) for r in records)
-  return out
-
-
-def by_run(records: List[Dict[str, Any]]) -> Dict[int, List[Dict[str, Any]]]:
-  runs: Dict[int, List[Dict[str, Any]]] = {}
-  for record in records:
-    runs.setdefault(record["run"], []).append(record)
-  return runs
-
-
-def summary(records: List[Dict[str, Any]], runs: Runs,
-            stopped_at: Optional[float] = None) -> Dict[str, Any]:
-  """The result of many runs: each run's final and best return (with its labels), the
-  best run (by final return), the mean final return, steps/s summed over runs."""
-  per_run = []
-  for run, kept in sorted(by_run(records).items()):
-    returns = [r["episode_return"] for r in kept if r.get("episode_return") is not None]
-    entry = dict(runs.labels(run))
-    if returns:
-      entry.update(final_episode_return=returns[-1], best_episode_return=max(returns))
-    per_run.append(entry)
-  finals = [e["final_episode_return"] for e in per_run if "final_episode_return" in e]
-  out: Dict[str, Any] = dict(num_runs=runs.num_runs, env_steps=records[-1]["env_steps"],
-                             wall_time=records[-1]["wall_time"], runs=per_run)
-  if finals:
-    out.update(final_episode_return=sum(finals) / len(finals),
-               final_episode_return_min=min(finals), final_episode_return_max=max(finals),
-               best_run=max((e for e in per_run if "final_episode_return" in e),
-                            key=lambda e: e["final_episode_return"]))
-  calls = {}
-  for r in records:
-    if "sps" in r and not r.get("includes_compilation"):
-      calls[r["env_steps"]] = calls.get(r["env_steps"], 0.0) + r["sps"]
-  if calls:
-    out["median_sps"] = sorted(calls.values())[len(calls) // 2]  # All runs together.
-  if stopped_at is not None and stopped_at is not False:
-    out["stopped_at_return"] = stopped_at
-  return out
-
-
-def curves(records: List[Dict[str, Any]], runs: Runs, key: str = "episode_return"):
-  """What a many-run plot draws: ([(xs, ys) per run], [(label, xs, mean, low, high)] per
-  group): one group of all runs, or with a sweep one per swept value, the band spanning
-  its seeds' min to max."""
-  lines, groups = [], {}
-  for run, kept in sorted(by_run(records).items()):
-    points = [(r["env_steps"], r[key]) for r in kept if r.get(key) is not None]
-    if not points:
-      continue
-    lines.append(tuple(zip(*points)))
-    label = ", ".join(f"{k}={runs.swept[k][run]:g}" for k in runs.swept) or \
-        f"mean of {runs.num_runs} runs"
-    groups.setdefault(label, []).append(dict(points))
-  bands = []
-  for label, members in groups.items():
-    xs = sorted(set().union(*members))
-    ys = [[m[x] for m in members if x in m] for x in xs]
-    bands.append((label, xs, [sum(y) / len(y) for y in ys], [min(y) for y in ys],
-                  [max(y) for y in ys]))
-  return lines, bands

@@ -36,7 +36,6 @@ import time
 import traceback
 from typing import Any, Iterator, List, Optional
 
-from podracer import deprecation
 
 INIT_TIMEOUT_S = 60
 HEARTBEAT_TIMEOUT_S = 10
@@ -289,8 +288,3 @@ def check_shared_workdir(workdir: Optional[str]) -> None:
         f"do not see the file process 0 wrote there ({SHARED_MARK}). A run over several "
         "processes keeps one set of checkpoints and records: give every process the same "
         "directory on a shared filesystem (NFS, a cluster's shared disk).")
-
-
-# `pmap_devices` was renamed `mesh_devices` in 0.9.0, when the runtimes left jax.pmap.
-__getattr__ = deprecation.renamed_module_names(__name__, {"pmap_devices": ("mesh_devices",
-                                                                           "0.9.0")})

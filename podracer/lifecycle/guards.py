@@ -93,7 +93,7 @@ class NonFiniteWatch:
       raise NonFiniteError(message)
 
   def write_runs(self, records: Any, *args: Any, **kwargs: Any) -> None:
-    """Many runs' records of one call (podracer/runs.py): a non-finite run stops all."""
+    """Many runs' records of one call (podracer/config/runs.py): a non-finite run stops all."""
     self.wrapped.write_runs(records, *args, **kwargs)
     message = None if self._raised else next(
         (f"Run {r['run']} (seed {r['seed']}): {m}" for r in records for m in [self.check(r)]

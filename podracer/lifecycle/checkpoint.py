@@ -40,8 +40,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import jax
 import numpy as np
 
-from podracer import mesh as mesh_lib
-from podracer import disk, distributed
+from podracer import mesh as mesh_lib, distributed
+from podracer.logs import disk
 from podracer.errors import ConfigError
 
 CHECKPOINT_DIR = "checkpoints"
@@ -119,7 +119,7 @@ class _SkippedCheckpointReads(logging.Filter):
 
 class _DiskFailureReports(logging.Filter):
   """Drops the reports (with tracebacks) that orbax's threads log of a write the disk
-  refused: the run stops with one DiskError paragraph saying it (podracer/disk.py)."""
+  refused: the run stops with one DiskError paragraph saying it (podracer/logs/disk.py)."""
 
   def filter(self, record: logging.LogRecord) -> bool:
     error = record.exc_info[1] if record.exc_info else None
@@ -330,7 +330,7 @@ class MultiProcessCheckpointer(Checkpointer):
     super().__init__(workdir, interval, keep, stream if distributed.is_main() else None)
     self._exchanges = 0
     os.makedirs(self._own_directory(), exist_ok=True)
-    from podracer import preemption  # pylint: disable=import-outside-toplevel
+    from podracer.lifecycle import preemption  # pylint: disable=import-outside-toplevel
     preemption.coordinate()
 
   def _own_directory(self) -> str:
@@ -420,7 +420,7 @@ class MultiProcessCheckpointer(Checkpointer):
   def decide(self) -> Tuple[bool, bool]:
     """Every process says whether a SIGTERM asked it to stop and process 0 whether a
     save is due; all get the same answers (one exchange per step)."""
-    from podracer import preemption  # pylint: disable=import-outside-toplevel
+    from podracer.lifecycle import preemption  # pylint: disable=import-outside-toplevel
     said = self._exchange("step", f"{int(preemption.requested())}{int(self.due())}")
     stop = any(s[0] == "1" for s in said)
     return said[0][1] == "1" or stop, stop

@@ -17,14 +17,14 @@ from typing import Callable, Dict, Optional
 
 from ml_collections import config_dict
 
-from podracer.config_files import UnknownConfigName
-from podracer.metrics import DEFAULT_LOGGERS, PROGRESS_METRICS
+from podracer.config.files import UnknownConfigName
+from podracer.logs.metrics import DEFAULT_LOGGERS, PROGRESS_METRICS
 
 
 def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   """The header every config has: seed, step budget, optional target return, what a
-  non-finite loss does (podracer/guards.py), checkpoints (podracer/checkpoint.py) and
-  evaluation (podracer/evaluation.py)."""
+  non-finite loss does (podracer/lifecycle/guards.py), checkpoints (podracer/lifecycle/checkpoint.py) and
+  evaluation (podracer/lifecycle/evaluation.py)."""
   c = config_dict.ConfigDict()
   c.seed = seed
   c.stop_at_return = config_dict.placeholder(float)  # Ends the run early once reached.
@@ -40,8 +40,8 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
       wandb=dict(project=config_dict.placeholder(str), entity=config_dict.placeholder(str),
                  group=config_dict.placeholder(str), tags=())))
   c.eval_interval = 0  # Env steps between evaluations of the greedy policy (0: none).
-  c.eval_episodes = 10  # Episodes per evaluation (podracer/evaluation.py).
-  # Many runs in one program (Anakin; podracer/runs.py): seeds, and swept values of
+  c.eval_episodes = 10  # Episodes per evaluation (podracer/lifecycle/evaluation.py).
+  # Many runs in one program (Anakin; podracer/config/runs.py): seeds, and swept values of
   # numeric keys, e.g. --config.sweep.optimizer.learning_rate=1e-4,1e-3.
   c.num_runs = 1
   c.sweep = config_dict.ConfigDict()

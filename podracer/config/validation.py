@@ -4,7 +4,7 @@ Each check raises `ConfigError` with one paragraph naming the key and saying wha
 work; the launcher prints it and exits with status 2. Components still check their own
 arguments when they are built: these are the mistakes that would otherwise surface as a
 ZeroDivisionError or a JAX shape error deep in a runtime, or after the whole build.
-The workdir is checked by `podracer.workdir`.
+The workdir is checked by `podracer.lifecycle.workdir`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ POSITIVE_INTS = (
 
 def check_config_file(flag_value: str) -> None:
   """`--config=path/to/config.py:NAME` must name a file that exists and can be read."""
-  from podracer import config_files  # pylint: disable=import-outside-toplevel
+  from podracer.config import files as config_files  # pylint: disable=import-outside-toplevel
   config_files.check_readable(config_files.split(flag_value)[0])
 
 
@@ -55,7 +55,8 @@ def check_config(config: Any) -> None:
   if isinstance(every, bool) or not isinstance(every, int) or every < 0:
     raise ConfigError(f"Config key `eval_interval` is the number of env steps between "
                       f"evaluations, an integer >= 0 (0: none), got {every!r}.")
-  from podracer.guards import NAN_POLICIES  # Imports JAX: keep the file check above fast.
+  # Imports JAX: keep the file check above fast.
+  from podracer.lifecycle.guards import NAN_POLICIES  # pylint: disable=import-outside-toplevel
   policy = config.get("nan_policy", "stop")
   if policy not in NAN_POLICIES:
     raise ConfigError(f"Config key `nan_policy` is one of {', '.join(map(repr, NAN_POLICIES))}"

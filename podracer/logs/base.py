@@ -1,0 +1,30 @@
+"""What every logger is: `Logger` (`write(record)`, `close()`), and the files of a run's
+records. `metrics.MetricsLogger` drives the loggers a run names in `log.loggers`
+(podracer/components/loggers registers them by name); one module a sink: jsonl.py,
+csv.py, tensorboard.py, wandb.py; default.py names the set a run gets by default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+METRICS_FILE = "metrics.jsonl"
+CSV_FILE = "metrics.csv"
+
+
+class Logger:
+  """Records in, somewhere out (see the module's docstring)."""
+
+  what = "records"  # what the disk-failure paragraph calls this logger's files
+  where = "."       # their path (a file or the directory)
+
+  def write(self, record: Dict[str, Any]) -> None:
+    raise NotImplementedError
+
+  def close(self) -> None:
+    """Flushes and closes; called once, at the end of the run."""
+
+  def undo_partial(self) -> Optional[Callable[[], None]]:
+    """What removes a write the disk took only part of (called before each write), or
+    None: metrics.jsonl is cut back to its last whole record."""
+    return None
