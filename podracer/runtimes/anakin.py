@@ -298,9 +298,10 @@ class Anakin(Runtime):
     the first replica of each run group."""
     if not self.runs:
       return jax.tree.map(lambda x: x[0], mesh_lib.local(rows))
+    # Only runs spread over devices need the other processes' rows; with one run group,
+    # row 0 is the only row taken (every `mesh_data`-th row of fewer rows than that).
     gathered = mesh_lib.gather(rows) if self.mesh_runs > 1 else mesh_lib.local(rows)
-    return jax.tree.map(lambda x: x[::self.mesh_data].reshape(-1, *x.shape[2:])
-                        if self.mesh_runs > 1 else x[0], gathered)
+    return jax.tree.map(lambda x: x[::self.mesh_data].reshape(-1, *x.shape[2:]), gathered)
 
   def _evaluator(self, evaluation: Any) -> Callable[[AnakinState, int], Any]:
     """`eval_return` of replica 0's parameters, on a fresh batch of environments; with
