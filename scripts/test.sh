@@ -73,11 +73,12 @@ run_lane() {
   fi
   if bash scripts/setup_env.sh "$lane"; then
     setup_s=$((SECONDS - t0))
-    # The default lane's tests in 2 worker processes (pytest-xdist), a file each at a time:
-    # much of a test is one core's work (imports, compiles, a launcher's start, waits).
+    # The default lane's tests in 2 worker processes (pytest-xdist), a file each at a time
+    # (much of a test is one core's work: imports, compiles, a launcher's start, waits),
+    # the heaviest files first (tests/conftest.py orders them).
     local workers=()
     if [[ "$lane" == default && "${TEST_WORKERS:-$([[ $CORES -ge 2 ]] && echo 2 || echo 1)}" -gt 1 ]]; then
-      workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
+      workers=(-n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder)
     fi
     echo "---- $lane: setup took ${setup_s}s; running: python -m pytest ${TARGETS[*]:+${TARGETS[*]} }-q -ra ${workers[*]} ${*:2}"
     t1=$SECONDS

@@ -62,8 +62,27 @@ def pytest_unconfigure(config):
     shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
+# What a test costs, roughly, by its marker: used only to order the files (below).
+_COST = {"learning": 120, "slow": 20}
+
+
+def _file_cost(items):
+  """Each test file's rough cost: its learning tests, its slow ones, and the rest."""
+  cost = {}
+  for item in items:
+    marks = [m for m in _COST if item.get_closest_marker(m) is not None]
+    cost[item.path] = cost.get(item.path, 0) + max((_COST[m] for m in marks), default=1)
+  return cost
+
+
 def pytest_collection_modifyitems(config, items):
+  """The heaviest files first (their tests in their order): the default lane's workers
+  take a file at a time (`--dist loadfile --no-loadscope-reorder`), and the longest
+  first leaves no worker with an hour-long file to start when the other is done."""
   from tests.reverb_support import current_lane  # pylint: disable=import-outside-toplevel
+  cost = _file_cost(items)
+  order = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
+  items.sort(key=lambda item: (-cost[item.path], order[item.path]))
   if current_lane() != "reverb":
     return
   kept = [item for item in items if item.get_closest_marker(REVERB_LANE) is not None]

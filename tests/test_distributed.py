@@ -87,6 +87,38 @@ def test_anakin_two_processes_of_four_devices_match_one_of_eight(tmp_path):
   assert result(log)["final_episode_return"] == two[-1]["episode_return"]
 
 
+@pytest.mark.slow
+def test_many_runs_over_two_processes_are_the_runs_of_one_process(tmp_path):
+  """4 runs on 2 processes of 2 devices: the mesh's `runs` axis spans both processes (one
+  run per device, no collective), and process 0's records hold every run, each what the
+  same 4 runs give in one process on 4 devices."""
+  o = ANAKIN_OVERRIDES
+  run = run_launch_local(
+      2, 2, "--config=agents/ppo/config.py:cartpole_anakin", f"--workdir={tmp_path}",
+      "--config.num_runs=4", f"--config.seed={o['seed']}",
+      f"--config.runtime.rollout_length={o['rollout_length']}",
+      f"--config.runtime.updates_per_call={o['updates_per_call']}",
+      f"--config.total_env_steps={o['total_env_steps']}")
+  assert run.returncode == 0, run.stderr[-3000:]
+  two = records(tmp_path)
+
+  config = cartpole_anakin()
+  config.seed, config.total_env_steps, config.num_runs = o["seed"], o["total_env_steps"], 4
+  config.topology.num_devices = 4
+  config.runtime.rollout_length = o["rollout_length"]
+  config.runtime.updates_per_call = o["updates_per_call"]
+  one, _ = run_records(config)
+
+  assert sorted({r["run"] for r in two}) == [0, 1, 2, 3]
+  assert len(two) == len(one) == 4 * 16
+  for a, b in zip(two, one):
+    assert a["num_processes"] == 2 and a["num_devices"] == 4
+    exact = {k: v for k, v in a.items() if k not in NOT_COMPARED}
+    # One run per device: no cross-device sum, so even the learner's metrics are exact.
+    assert exact == {k: b[k] for k in exact}
+  assert [r["seed"] for r in two[:4]] == [3, 4, 5, 6]
+
+
 @pytest.mark.learning
 def test_sebulba_two_processes_reach_450_and_end_with_identical_parameters(tmp_path):
   """cartpole_sebulba (seed 0, 1 M env steps) on 2 processes of 1 actor + 1 learner
