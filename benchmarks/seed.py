@@ -11,6 +11,10 @@ Prints, in one run:
      full `seed` runs (learner included) per worker count, `envs_per_worker` each, with
      the median `inference_fill` and worker-seen latency p50/p99;
   4. Sebulba's full steps/s with the same total environments (2 actor threads);
+  5. with `--door_rounds=N`: what checking each STEP at the door costs (server.py's
+     `door.step_problem`): its time per message for this config's step, for 16 Pong-sized
+     uint8 frames and for the same frames as float32, and full runs with the check on and
+     off, alternating, N rounds each (`door on/off RATIO`, of medians);
 and ends with `seed/sebulba RATIO` for the largest worker count. Rates are medians of the
 run's records after the first two (compilation); machines are noisy, so compare ratios
 from one run.
@@ -33,6 +37,8 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", "agents/ppo/config.py:cartpole_seed", "A SEED config.")
 _WORKERS = flags.DEFINE_list("workers", ["1", "2"], "Worker counts to run.")
 _SECONDS = flags.DEFINE_float("seconds", 10.0, "Seconds per measurement.")
+_DOOR_ROUNDS = flags.DEFINE_integer("door_rounds", 0, "Rounds of the door's A/B (0: none).")
+_DOOR_ONLY = flags.DEFINE_bool("door_only", False, "Only the door's figures (section 5).")
 
 
 def round_trips(transport_kind: str, payload: bytes, seconds: float) -> float:
@@ -126,6 +132,50 @@ def full_run(config, seconds: float):
           median("inference_latency_p99_ms"))
 
 
+def door_per_message(runtime) -> None:
+  """The check's own microseconds per STEP message, for this config and Pong-sized frames."""
+  import jax
+  import numpy as np
+
+  from podracer.distributed import transport
+  from podracer.runtimes import door
+  bw = runtime.options.envs_per_worker
+  cases = {"this config's step": [np.zeros((bw, *s.shape), s.dtype)
+                                  for s in jax.tree.leaves(runtime.spec.observation)],
+           "16 x [4, 84, 84] uint8": [np.zeros((16, 4, 84, 84), np.uint8)],
+           "16 x [4, 84, 84] float32": [np.zeros((16, 4, 84, 84), np.float32)]}
+  for what, observation in cases.items():
+    n = len(observation[0])
+    arrays = [np.ones(n, np.int32), np.zeros(n, np.float32), np.ones(n, np.float32),
+              *observation, np.zeros(5)]
+    layout = transport.Layout([(a.shape, a.dtype.str) for a in arrays])
+    check, payload = door.Door(layout.arrays), layout.pack(arrays)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 0.5:
+      assert check.problem(payload, arrays) is None
+      count += 1
+    print(f"  door check, {what:>26}: {1e6 * (time.perf_counter() - start) / count:8.1f} "
+          f"us per message")
+
+
+def door_cost(config, seconds: float, rounds: int) -> None:
+  """Full runs with the door's check on and off, alternating; the ratio of medians."""
+  from podracer.runtimes import door
+  check = door.Door.problem
+  rates = {"on": [], "off": []}
+  for _ in range(rounds):
+    for mode in ("on", "off"):
+      if mode == "off":
+        door.Door.problem = lambda self, payload, arrays: None
+      try:
+        rates[mode].append(full_run(config, seconds)[0])
+      finally:
+        door.Door.problem = check
+  on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
+  print(f"  full seed runs, check on: {[round(r) for r in rates['on']]}, off: "
+        f"{[round(r) for r in rates['off']]}\n  door on/off {on / off:.3f}")
+
+
 def main(argv):
   del argv
   import agents  # noqa: F401 -- registers the agents
@@ -137,6 +187,12 @@ def main(argv):
   base.total_env_steps = 10**9
   seconds = _SECONDS.value
   runtime = builder.build(base).runtime
+  if _DOOR_ONLY.value:
+    c = base.copy_and_resolve_references()
+    c.runtime.num_local_workers = int(_WORKERS.value[-1])
+    door_per_message(runtime)
+    door_cost(c, seconds, _DOOR_ROUNDS.value or 3)
+    return
   step_bytes = runtime.step_layout().nbytes
   frames = 16 * 4 * 84 * 84
   print(f"transports (round trips/s, one stream; {step_bytes:,} B up, 64 B back):")
@@ -165,6 +221,10 @@ def main(argv):
   twin.runtime = presets.sebulba_runtime(total // 2, base.runtime.rollout_length,
                                          max_policy_lag=base.runtime.max_policy_lag)
   sebulba_sps = full_run(twin, seconds)[0]
+  if _DOOR_ROUNDS.value:
+    print("\nthe door (each STEP checked before it reaches a device):")
+    door_per_message(runtime)
+    door_cost(c, seconds, _DOOR_ROUNDS.value)
   print(f"\nsebulba, 2 actor threads x {total // 2}: {sebulba_sps:,.0f} env steps/s")
   print(f"seed/sebulba {seed_sps / sebulba_sps:.2f}")
 

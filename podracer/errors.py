@@ -58,6 +58,12 @@ class EnvironmentWorkerError(RuntimeError):
   and the exception it reported, if any."""
 
 
+class EnvironmentStepError(RuntimeError):
+  """An environment stepped what no agent should learn from (a non-finite reward or
+  observation, a discount outside [0, 1], ...); the message names the environment, the
+  field and the value (podracer/runtimes/door.py)."""
+
+
 class ReplayTimeout(TimeoutError):
   """A replay call waited its timeout (rate limiter, too few items) on a live server.
 

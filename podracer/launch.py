@@ -37,8 +37,8 @@ from podracer.config import files as config_files, runs as runs_lib, validation
 from podracer.registry import imports
 from podracer.logs import disk
 from podracer.lifecycle import preemption
-from podracer.errors import (ConfigError, DiskError, EnvironmentWorkerError, NonFiniteError,
-                             ThreadFailure)
+from podracer.errors import (ConfigError, DiskError, EnvironmentStepError,
+                             EnvironmentWorkerError, NonFiniteError, ThreadFailure)
 from podracer.logs.metrics import METRICS_FILE
 from podracer.lifecycle.workdir import CONFIG_FILE, held as hold_workdir
 from podracer.lifecycle.workdir import prepare as prepare_workdir
@@ -333,7 +333,7 @@ def main(argv):
     if _DEBUG.value:
       raise
     _fail(str(e))
-  except (NonFiniteError, EnvironmentWorkerError, DiskError) as e:
+  except (NonFiniteError, EnvironmentWorkerError, EnvironmentStepError, DiskError) as e:
     sys.stderr.write(f"Run stopped: {e}\n")
     sys.exit(EXIT_THREAD_FAILURE)
   except ThreadFailure as e:

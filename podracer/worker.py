@@ -1,15 +1,20 @@
 """A SEED environment worker: steps one host environment and asks the server to act.
 
   python -m podracer.worker --server=HOST:PORT [--num_workers=N] [--connect_timeout=60]
+      [--secret_file=FILE] [--tls_ca=CA.pem [--tls_cert=CERT.pem --tls_key=KEY.pem]]
 
 runs N worker processes, each one host environment of the run's `envs_per_worker`
-environments. A worker takes no config: on connecting, the server sends it the `env`
+environments. A worker takes no config: once it has proved it holds the run's secret
+(podracer/distributed/auth.py: `--secret_file`, else $PODRACER_SEED_SECRET, else on the
+server's own host the secret the run made for its user), the server sends it the `env`
 section, its seed, and the module that registered the environment (imported here; a
-module this machine lacks is a clear error). Workers do no device work (JAX_PLATFORMS=cpu).
+module this machine lacks is a clear error). `--tls_ca` encrypts gRPC with TLS, trusting
+that CA (the server's `runtime.tls_cert`). Workers do no device work (JAX_PLATFORMS=cpu).
 
 Exit status: 0 when the run ends; 1 when no server answers within `--connect_timeout`
-seconds or the server is lost; 2 when the server refuses the worker (another podracer
-version, an environment whose spec differs from the run's, or no free slot).
+seconds or the server is lost; 2 when the server refuses the worker (no or a wrong secret,
+another podracer version, an environment whose spec differs from the run's, bad steps,
+or no free slot).
 """
 
 from __future__ import annotations
@@ -24,14 +29,14 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
 from podracer import __version__  # noqa: E402
-from podracer.distributed import transport  # noqa: E402
+from podracer.distributed import auth, transport  # noqa: E402
 from podracer.errors import ConfigError  # noqa: E402
 from podracer.distributed.transport import TransportError  # noqa: E402
 
@@ -43,11 +48,13 @@ class Refused(Exception):
   pass
 
 
-def _connect(address: str, kind: str, timeout: float) -> Any:
+def _connect(address: str, kind: str, timeout: float,
+             tls: Optional[transport.ClientTLS] = None) -> Any:
   deadline = time.monotonic() + timeout
   while True:
     try:
-      return transport.connect(address, kind, timeout=max(1.0, deadline - time.monotonic()))
+      return transport.connect(address, kind, timeout=max(1.0, deadline - time.monotonic()),
+                               tls=tls)
     except TransportError:
       if time.monotonic() >= deadline:
         raise
@@ -111,17 +118,45 @@ def step_arrays(timestep: Any, sums: np.ndarray) -> List[np.ndarray]:
           np.asarray(sums, np.float64)]
 
 
-def run_worker(address: str, kind: str, connect_timeout: float) -> int:
+def configured_secret(secret_file: Optional[str]) -> Optional[bytes]:
+  """The secret given to this worker: `--secret_file`, else $PODRACER_SEED_SECRET."""
   try:
-    conn = _connect(address, kind, connect_timeout)
+    return auth.configured_secret(secret_file, "--secret_file")
+  except auth.SecretError as e:
+    raise Refused(str(e)) from None
+
+
+def handshake(conn: Any, secret: Optional[bytes],
+              address: Optional[str] = None) -> Dict[str, Any]:
+  """HELLO, the answer to the server's challenge if it sends one, and the run's CONFIG.
+  Without a `secret`, a server of this host at `address` may have left its own for this
+  user (auth.local_secret; read once the server answers, so it has written it)."""
+  kind, payload = _expect(conn.request(transport.HELLO, transport.encode_json(dict(
+      version=__version__, pid=os.getpid(), host=socket.gethostname()))),
+                          transport.CONFIG, transport.CHALLENGE)
+  if kind == transport.CHALLENGE:
+    if secret is None and address is not None:
+      host, port = transport.split_address(address)
+      secret = auth.local_secret(host, port) if transport.is_local(host) else None
+    if secret is None:
+      raise Refused("the server asks for the run's secret and this worker has none: give "
+                    f"it --secret_file=FILE or ${auth.SECRET_ENV}")
+    _, payload = _expect(conn.request(transport.AUTH, auth.answer(secret, payload)),
+                         transport.CONFIG)
+  return transport.decode_json(payload)
+
+
+def run_worker(address: str, kind: str, connect_timeout: float,
+               secret: Optional[bytes] = None,
+               tls: Optional[transport.ClientTLS] = None) -> int:
+  try:
+    conn = _connect(address, kind, connect_timeout, tls)
   except TransportError:
     print(f"no podracer server at {address} after {connect_timeout:.0f} s", file=sys.stderr)
     return 1
   env = None
   try:
-    _, payload = _expect(conn.request(transport.HELLO, transport.encode_json(dict(
-        version=__version__, pid=os.getpid(), host=socket.gethostname()))), transport.CONFIG)
-    config = transport.decode_json(payload)
+    config = handshake(conn, secret, address)
     env = build_env(config)
     timestep, _ = env.reset()
     layout = transport.Layout([(a.shape, a.dtype.str)
@@ -193,25 +228,61 @@ def _spawn(argv: Sequence[str], n: int) -> int:
   return max((s if s >= 0 else 128 - s) for s in statuses)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def _tls(args: argparse.Namespace) -> Optional[transport.ClientTLS]:
+  """The client's TLS from its flags (None: plain gRPC); Refused on an unreadable file."""
+  if not args.tls_ca:
+    if args.tls_cert or args.tls_key:
+      raise Refused("--tls_cert and --tls_key need --tls_ca (the CA the server's "
+                    "certificate is checked against)")
+    return None
+  if bool(args.tls_cert) != bool(args.tls_key):
+    raise Refused("--tls_cert and --tls_key go together")
+  read = {}
+  for flag in ("tls_ca", "tls_cert", "tls_key"):
+    path = getattr(args, flag)
+    try:
+      read[flag] = open(path, "rb").read() if path else None
+    except OSError as e:
+      raise Refused(f"--{flag} ({path}) cannot be read: {e.strerror or e}") from None
+  return transport.ClientTLS(read["tls_ca"], read["tls_cert"], read["tls_key"])
+
+
+def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog="python -m podracer.worker",
                                    description=__doc__.split("\n\n")[0])
   parser.add_argument("--server", required=True, help="the run's HOST:PORT")
   parser.add_argument("--num_workers", type=int, default=1)
   parser.add_argument("--connect_timeout", type=float, default=60.0)
   parser.add_argument("--transport", default="auto", choices=("auto", "grpc", "unix"))
+  parser.add_argument("--secret_file", default=None,
+                      help=f"a file holding the run's secret (else ${auth.SECRET_ENV})")
+  parser.add_argument("--tls_ca", default=None, help="PEM CA to check the server against: "
+                      "gRPC with TLS")
+  parser.add_argument("--tls_cert", default=None, help="PEM client certificate")
+  parser.add_argument("--tls_key", default=None, help="PEM client key")
+  return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = _parser()
   args = parser.parse_args(argv)
   try:
     transport.split_address(args.server)
   except ValueError as e:
     parser.error(str(e))
   if args.num_workers > 1:
-    return _spawn([f"--server={args.server}", f"--connect_timeout={args.connect_timeout}",
-                   f"--transport={args.transport}"], args.num_workers)
+    passed = [f"--{k}={v}" for k, v in vars(args).items()
+              if k != "num_workers" and v is not None]
+    return _spawn(passed, args.num_workers)
   # The launcher stops a run's local workers with SIGTERM: exit without a traceback.
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+  try:  # The files it was given, read before it connects.
+    secret, tls = configured_secret(args.secret_file), _tls(args)
+  except Refused as e:
+    print(f"podracer worker: {e}", file=sys.stderr)
+    return 2
   try:
-    return run_worker(args.server, args.transport, args.connect_timeout)
+    return run_worker(args.server, args.transport, args.connect_timeout, secret, tls)
   except KeyboardInterrupt:
     return 130
 

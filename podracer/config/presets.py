@@ -121,8 +121,10 @@ def seed(c: config_dict.ConfigDict, num_local_workers: int = 4, envs_per_worker:
       address="localhost:0", transport="auto",
       inference_batch_size=config_dict.placeholder(int),
       inference_timeout_ms=config_dict.placeholder(float), inference_threads_per_device=2,
-      worker_timeout=30.0,
-      max_worker_restarts=3, inject_failure=""))
+      worker_timeout=30.0, max_worker_restarts=3,
+      secret_file=config_dict.placeholder(str), allow_unauthenticated=False,
+      tls_cert=config_dict.placeholder(str), tls_key=config_dict.placeholder(str),
+      tls_client_ca=config_dict.placeholder(str), inject_failure=""))
   c.runtime.max_policy_lag = was.max_policy_lag
   return c
 

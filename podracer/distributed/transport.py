@@ -12,30 +12,37 @@ the server, driven by either transport:
 The server of `HOST:PORT` listens on gRPC there and, unless `transport=grpc`, on the Unix
 socket `unix_path(HOST, PORT)` too; a worker on the same host finds that socket and uses
 it (`auto`). Handshakes are JSON; steps are raw array bytes whose shapes and dtypes were
-agreed in the handshake (`Layout`): nothing received is unpickled. The channel is not
-authenticated or encrypted: bind it to an interface only trusted machines reach.
+agreed in the handshake (`Layout`): nothing received is unpickled. Who may join is the
+server's session's to decide (auth.py: a challenge for a shared secret); a session also
+bounds each message's size before it is read (`Session.limit`). gRPC is encrypted with
+TLS when the server is given a certificate (`Listener(tls=...)`, `connect(tls_ca=...)`);
+the Unix socket lives in a directory only the run's user can open (auth.private_dir).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
 import queue
 import socket
 import struct
-import tempfile
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from podracer.distributed import auth
+
 # Message kinds: the first byte of every message.
-HELLO, CONFIG, SPEC, OK, STEP, ACTION, REFUSE, BYE = range(1, 9)
+HELLO, CONFIG, SPEC, OK, STEP, ACTION, REFUSE, BYE, CHALLENGE, AUTH = range(1, 11)
 KIND_NAMES = {HELLO: "HELLO", CONFIG: "CONFIG", SPEC: "SPEC", OK: "OK", STEP: "STEP",
-              ACTION: "ACTION", REFUSE: "REFUSE", BYE: "BYE"}
+              ACTION: "ACTION", REFUSE: "REFUSE", BYE: "BYE", CHALLENGE: "CHALLENGE",
+              AUTH: "AUTH"}
 METHOD = "/podracer.Seed/Connect"
 MAX_MESSAGE = 1 << 30
+SMALL_MESSAGE = 64 << 10  # What a handshake message may be: JSON of an env section.
 _HEADER = struct.Struct("<BI")  # kind, payload bytes
 
 
@@ -121,9 +128,19 @@ def is_local(host: str) -> bool:
   return bool(addresses & own)
 
 
+def is_loopback(host: str) -> bool:
+  """Whether every address `host` resolves to is a loopback one (127.0.0.0/8, ::1)."""
+  try:
+    addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+  except socket.gaierror:
+    return False
+  return bool(addresses) and all(a.startswith("127.") or a == "::1" for a in addresses)
+
+
 def unix_path(host: str, port: int) -> str:
-  """The Unix socket a server of HOST:PORT also listens on, for workers of its host."""
-  return os.path.join(tempfile.gettempdir(), f"podracer-seed-{host}-{port}.sock")
+  """The Unix socket a server of HOST:PORT also listens on, for workers of its host (of
+  its user: the socket is in the user's private directory, auth.private_dir)."""
+  return os.path.join(auth.private_dir(), f"{host}-{port}.sock")
 
 
 def check_bindable(host: str, port: int) -> Optional[str]:
@@ -162,10 +179,15 @@ class SocketConnection:
     except OSError as e:
       raise TransportError(f"send failed: {e}") from e
 
-  def recv(self) -> Tuple[int, bytes]:
+  def recv(self, limit: Callable[[int], int] = lambda kind: MAX_MESSAGE) -> Tuple[int, bytes]:
+    """The next frame; one whose announced length is over `limit(kind)` ends the
+    connection before its payload is read."""
     kind, length = _HEADER.unpack(self._exactly(_HEADER.size))
-    if kind not in KIND_NAMES or length > MAX_MESSAGE:
+    if kind not in KIND_NAMES:
       raise TransportError(f"malformed frame (kind {kind}, {length} bytes)")
+    if length > limit(kind):
+      raise TransportError(f"a {KIND_NAMES[kind]} message of {length} bytes, over the "
+                           f"{limit(kind)} this connection may send now")
     return kind, self._exactly(length)
 
   def request(self, kind: int, payload: bytes = b"") -> Tuple[int, bytes]:
@@ -201,10 +223,14 @@ class SocketConnection:
 class GrpcConnection:
   """The client end of one gRPC bidirectional stream."""
 
-  def __init__(self, target: str, timeout: float):
+  def __init__(self, target: str, timeout: float, tls: Optional["ClientTLS"] = None):
     import grpc  # pylint: disable=import-outside-toplevel
     self._grpc = grpc
-    self.channel = grpc.insecure_channel(target)
+    if tls is None:
+      self.channel = grpc.insecure_channel(target)
+    else:
+      self.channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(
+          root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert))
     grpc.channel_ready_future(self.channel).result(timeout=timeout)
     self._requests: "queue.Queue[Optional[bytes]]" = queue.Queue()
     stream = self.channel.stream_stream(METHOD)
@@ -223,9 +249,29 @@ class GrpcConnection:
     self.channel.close()
 
 
-def connect(address: str, transport: str = "auto", timeout: float = 10.0) -> Any:
+@dataclasses.dataclass(frozen=True)
+class ClientTLS:
+  """PEM bytes a worker's gRPC channel trusts (`ca`) and, for a server that asks for
+  client certificates, shows (`cert`, `key`)."""
+  ca: bytes
+  cert: Optional[bytes] = None
+  key: Optional[bytes] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerTLS:
+  """PEM bytes of the server's certificate chain and key, and, to require client
+  certificates, the CA that signs them."""
+  cert: bytes
+  key: bytes
+  client_ca: Optional[bytes] = None
+
+
+def connect(address: str, transport: str = "auto", timeout: float = 10.0,
+            tls: Optional[ClientTLS] = None) -> Any:
   """A connection to the server at HOST:PORT (TransportError if none answers in
-  `timeout` s): its Unix socket when on this host and `transport` allows, else gRPC."""
+  `timeout` s): its Unix socket when on this host and `transport` allows, else gRPC
+  (with TLS when `tls` is given)."""
   host, port = split_address(address)
   path = unix_path(host, port)
   if transport in ("auto", "unix") and os.path.exists(path) and is_local(host):
@@ -241,7 +287,7 @@ def connect(address: str, transport: str = "auto", timeout: float = 10.0) -> Any
     raise TransportError(f"no Unix socket {path} (the server is on another host, or "
                          f"was started with transport=grpc)")
   try:
-    return GrpcConnection(f"{host}:{port}", timeout)
+    return GrpcConnection(f"{host}:{port}", timeout, tls)
   except Exception as e:  # grpc.FutureTimeoutError and friends.
     raise TransportError(f"no answer in {timeout:.0f} s") from e
 
@@ -261,6 +307,12 @@ class Session:
   def closed(self, error: Optional[str]) -> None:
     pass
 
+  def limit(self, kind: int) -> int:
+    """The most bytes a `kind` message may carry now (a longer one ends the connection
+    before it is read, where the transport allows)."""
+    del kind
+    return MAX_MESSAGE
+
   abort: Callable[[], None] = staticmethod(lambda: None)  # set by the transport
   # Set by a transport whose replies may come from another thread: `handle` may then
   # return None and send its reply later with `send(kind, payload)` (thread-safe).
@@ -272,18 +324,26 @@ class Listener:
   `unix=True`, on `unix_path(HOST, PORT)`; `address` is the bound HOST:PORT."""
 
   def __init__(self, host: str, port: int, new_session: Callable[[str], Session],
-               unix: bool, max_sessions: int):
+               unix: bool, max_sessions: int, max_message: int = MAX_MESSAGE,
+               tls: Optional[ServerTLS] = None):
     import grpc  # pylint: disable=import-outside-toplevel
     from concurrent import futures  # pylint: disable=import-outside-toplevel
     self.new_session, self._stop = new_session, threading.Event()
+    self._grpc_error, self.max_message = grpc.RpcError, max_message
+    # gRPC reads a whole message before a handler sees it: `max_message` bounds that.
     self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=max_sessions + 4),
-                             options=[("grpc.max_receive_message_length", MAX_MESSAGE),
+                             options=[("grpc.max_receive_message_length", max_message),
                                       ("grpc.max_send_message_length", MAX_MESSAGE)])
     handler = grpc.stream_stream_rpc_method_handler(self._serve_grpc)
     self._grpc.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
         METHOD.split("/")[1], {METHOD.split("/")[2]: handler})])
-    bound = self._grpc.add_insecure_port(f"{host}:{port}" if ":" not in host
-                                         else f"[{host}]:{port}")
+    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    if tls is None:
+      bound = self._grpc.add_insecure_port(where)
+    else:
+      bound = self._grpc.add_secure_port(where, grpc.ssl_server_credentials(
+          [(tls.key, tls.cert)], root_certificates=tls.client_ca,
+          require_client_auth=tls.client_ca is not None))
     if not bound:
       raise OSError(f"cannot bind {host}:{port}")
     self.host, self.port = host, bound
@@ -296,28 +356,42 @@ class Listener:
         os.unlink(self.path)  # A dead run's; its port was free, so its server is gone.
       self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
       self._unix.bind(self.path)
+      os.chmod(self.path, 0o600)  # In a 0700 directory already; the socket too.
       self._unix.listen(max_sessions + 4)
       self._unix.settimeout(0.1)
       threading.Thread(target=self._accept, name="seed-accept", daemon=True).start()
 
   def _serve_grpc(self, requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
-    session = self.new_session(context.peer())
+    try:
+      session = self.new_session(context.peer())
+    except TransportError:  # Refused before a message (e.g. too many handshakes).
+      return
     session.abort = context.cancel
     error = None
     try:
       for message in requests:
         if not message:
           raise TransportError("an empty message")
+        if len(message) - 1 > session.limit(message[0]):
+          raise TransportError(f"a message of {len(message) - 1} bytes, over the "
+                               f"{session.limit(message[0])} this connection may send now")
         kind, payload = session.handle(message[0], message[1:])
         yield bytes([kind]) + payload
         if kind in (REFUSE, BYE):
           return
+      error = self._ended()  # gRPC ends a stream whose message was too long this way too.
     except TransportError as e:
       error = str(e)
-    except Exception as e:  # A failed stream (cancelled, peer gone): that session only.
+    except self._grpc_error:  # A message over `max_message`, a peer gone: that one.
+      error = self._ended()
+    except Exception as e:  # pylint: disable=broad-except
       error = f"{type(e).__name__}: {e}"
     finally:
       session.closed(error)
+
+  def _ended(self) -> str:
+    return (f"its gRPC stream ended: it closed it, or sent a message over "
+            f"{self.max_message} bytes")
 
   def _accept(self) -> None:
     while not self._stop.is_set():
@@ -333,16 +407,20 @@ class Listener:
 
   def _serve_socket(self, sock: socket.socket) -> None:
     conn = SocketConnection(sock)
-    session = self.new_session("unix:" + str(self.path))
+    try:
+      session = self.new_session("unix:" + str(self.path))
+    except TransportError:
+      conn.close()
+      return
     session.abort, session.send = conn.abort, conn.send
     error = None
     try:
       while True:
         try:
-          kind, payload = conn.recv()
+          kind, payload = conn.recv(session.limit)
         except TransportError as e:
-          if str(e) != "connection closed":
-            error = str(e)
+          error = ("it closed the connection" if str(e) == "connection closed"
+                   else str(e))
           return
         reply = session.handle(kind, payload)
         if reply is None:  # Sent by the session itself, later.
@@ -352,9 +430,9 @@ class Listener:
           return
     except TransportError as e:
       error = str(e)
-    finally:
-      conn.close()
+    finally:  # The line for the run's log before the peer sees the connection end.
       session.closed(error)
+      conn.close()
 
   def close(self) -> None:
     self._stop.set()

@@ -19,9 +19,10 @@ import numpy as np
 
 from podracer import trajectories
 from podracer.agent import Agent
-from podracer.errors import ReplayTimeout
+from podracer.errors import EnvironmentStepError, ReplayTimeout
 from podracer.experience import HostReplay
 from podracer.logs.metrics import episode_sums
+from podracer.runtimes import door
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, shard_over
 from podracer.types import PyTree, Trajectory
@@ -273,6 +274,15 @@ class _Groups:
     self.timesteps = [env.reset()[0] for env in envs]  # Its contract was checked at build.
     self.pending: List[Trajectory] = []
 
+  def check(self, g: int, timestep: Any) -> None:
+    """Stops the run, naming the environment, on a step no agent should learn from."""
+    problem = door.timestep_problem(timestep)
+    if problem:
+      n = self.actor.num_envs // len(self.envs)
+      raise EnvironmentStepError(
+          f"actor {self.actor.index}'s environments {g * n}-{(g + 1) * n - 1} (group {g}) "
+          f"stepped {problem} of the group: the run stops before it reaches the learner.")
+
   def act(self, params: PyTree, g: int, timestep: Any) -> Trajectory:
     """Dispatches group g's inference; the entry it will step with."""
     out, next_state, self.keys[g] = self.actor.act(params, self.states[g], timestep,
@@ -308,6 +318,7 @@ class _Groups:
         t0 = time.perf_counter()
         timestep, stats = self.envs[g].recv()
         times["actor_env"] += time.perf_counter() - t0
+        self.check(g, timestep)
         if np.any(stats.done):  # Host environments' stats are numpy arrays already.
           episodes += episode_sums(stats, np)
         stepped[g].append(self.pending[g])

@@ -22,7 +22,8 @@ class ThreadGroup:
     self.stop = threading.Event()
     self.failures: List[str] = []
     # Errors the launcher reports in one paragraph, not as a crash: a ConfigError met
-    # only when traced, a DiskError (the workdir's disk is full or failing).
+    # only when traced, a DiskError (the workdir's disk is full or failing), an
+    # environment's bad step (EnvironmentStepError).
     self.user_errors: List[BaseException] = []
     self.threads: List[threading.Thread] = []
 
@@ -31,8 +32,9 @@ class ThreadGroup:
       try:
         fn(*args)
       except BaseException as e:  # noqa: B902 -- any failure must stop the whole run.
-        from podracer.errors import ConfigError, DiskError  # pylint: disable=import-outside-toplevel
-        if isinstance(e, (ConfigError, DiskError)):
+        from podracer.errors import (  # pylint: disable=import-outside-toplevel
+            ConfigError, DiskError, EnvironmentStepError)
+        if isinstance(e, (ConfigError, DiskError, EnvironmentStepError)):
           self.user_errors.append(e)
         self.failures.append(f"{name} failed:\n{traceback.format_exc()}")
         self.stop.set()

@@ -12,13 +12,13 @@ import inspect
 import os
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import jax
 
 from podracer import distributed, registry, trajectories
 from podracer.registry import imports
-from podracer.distributed import transport
+from podracer.distributed import auth, transport
 from podracer.agent import Agent
 from podracer.errors import ConfigError, EnvironmentWorkerError
 from podracer.runtime import Plan, plan_rounds
@@ -50,7 +50,13 @@ class SeedOptions(LearnerOptions):
   `inference_threads_per_device` (each serves its own workers, so one thread's batch
   steps while another's inference runs, as Sebulba's actor threads take turns),
   `worker_timeout` seconds of silence before a worker is dropped, `max_worker_restarts`
-  of local workers, and `inject_failure` ('inference' or 'learner')."""
+  of local workers, and `inject_failure` ('inference' or 'learner').
+
+  Who may join (docs/seed.md, "Across machines"): `secret_file` holds the secret workers
+  must prove (else $PODRACER_SEED_SECRET; else, on a loopback address, one the run makes
+  for its user); `allow_unauthenticated` lets a non-loopback server run without one;
+  `tls_cert`/`tls_key` (PEM files) encrypt gRPC, and `tls_client_ca` also requires
+  workers' certificates signed by that CA."""
   num_local_workers: int = 4
   num_workers: Optional[int] = None
   envs_per_worker: int = 16
@@ -62,9 +68,19 @@ class SeedOptions(LearnerOptions):
   inference_threads_per_device: int = 2
   worker_timeout: float = 30.0
   max_worker_restarts: int = 3
+  secret_file: Optional[str] = None
+  allow_unauthenticated: bool = False
+  tls_cert: Optional[str] = None
+  tls_key: Optional[str] = None
+  tls_client_ca: Optional[str] = None
 
   def __post_init__(self):
     super().__post_init__()
+    if bool(self.tls_cert) != bool(self.tls_key):
+      raise _key_error("tls_cert" if not self.tls_cert else "tls_key",
+                       "is missing: runtime.tls_cert and runtime.tls_key go together.")
+    if self.tls_client_ca and not self.tls_cert:
+      raise _key_error("tls_client_ca", "needs runtime.tls_cert and runtime.tls_key.")
     bw = self.envs_per_worker
     for key in ("envs_per_worker", "envs_per_batch", "rollout_length", "updates_per_batch",
                 "queue_size", "inference_threads_per_device"):
@@ -119,6 +135,52 @@ class SeedOptions(LearnerOptions):
                       total_env_steps)
 
 
+def _secret(options: SeedOptions) -> Tuple[Optional[bytes], bool]:
+  """(the secret workers must prove, whether the run makes its own at start); (None,
+  False) only where the user allowed a server without one."""
+  try:
+    secret = auth.configured_secret(options.secret_file, "runtime.secret_file")
+  except auth.SecretError as e:
+    raise _key_error("secret_file", f"is unusable: {e}") from None
+  if secret is not None:
+    return secret, False
+  host, _ = transport.split_address(options.address)
+  if transport.is_loopback(host):
+    return None, True
+  if options.allow_unauthenticated:
+    sys.stderr.write(
+        f"WARNING: the SEED server at {options.address} lets any peer that reaches it "
+        f"join the run (runtime.allow_unauthenticated=True): it is told the run's env "
+        f"section and steps in it.\n")
+    return None, False
+  raise ConfigError(
+      f"`runtime.address` ({options.address}) is not a loopback address, and the run has "
+      f"no secret: anyone who reaches the port could join it. Make one and give it to the "
+      f"run and to every worker: `python -c \"import secrets; print(secrets.token_hex(32))"
+      f"\" > seed.secret; chmod 600 seed.secret`, then --config.runtime.secret_file="
+      f"seed.secret here and `python -m podracer.worker --secret_file=seed.secret ...` "
+      f"there (or set ${auth.SECRET_ENV} on both). Add runtime.tls_cert and "
+      f"runtime.tls_key to encrypt the traffic too. To run without, on a network you "
+      f"trust: --config.runtime.allow_unauthenticated=True.")
+
+
+def _tls(options: SeedOptions) -> Optional[transport.ServerTLS]:
+  if not options.tls_cert:
+    return None
+  if options.tls_client_ca and options.transport == "grpc" and options.num_local_workers:
+    raise _key_error("tls_client_ca", "asks workers for client certificates, which the "
+                     "run's local workers do not have over gRPC; use transport=auto (they "
+                     "use the Unix socket) or num_local_workers=0.")
+  read = {}
+  for key in ("tls_cert", "tls_key", "tls_client_ca"):
+    path = getattr(options, key)
+    try:
+      read[key] = open(os.path.expanduser(path), "rb").read() if path else None
+    except OSError as e:
+      raise _key_error(key, f"({path}) cannot be read: {e.strerror or e}.") from None
+  return transport.ServerTLS(read["tls_cert"], read["tls_key"], read["tls_client_ca"])
+
+
 def _check_address(options: SeedOptions) -> None:
   host, port = transport.split_address(options.address)
   if options.transport == "unix" and not transport.is_local(host):
@@ -145,6 +207,8 @@ class Seed(HostRuntime):
                         "without podracer.distributed.launch_local.")
     _check_state_axis(agent, options.workers * options.envs_per_worker)
     _check_address(options)
+    self.secret, self.own_secret = _secret(options)
+    self.tls = _tls(options)
     self._use_path(data_path(
         agent, topology.learner_devices, self.spec, batch_envs=options.envs_per_batch,
         rollout_length=options.rollout_length, queue_size=options.queue_size,
@@ -199,11 +263,16 @@ class Seed(HostRuntime):
         max_policy_lag=None if lag_bound is None else lag_bound.max_lag,
         welcome=welcome, step_layout=self.step_layout(),
         action_layout=transport.Layout(welcome["action"]),
-        seed=self.seed + 7_919 * restart, worker_timeout=options.worker_timeout)
+        seed=self.seed + 7_919 * restart, worker_timeout=options.worker_timeout,
+        secret=self.secret or (auth.new_secret() if self.own_secret else None))
     host, port = transport.split_address(options.address)
-    self.listener = transport.Listener(host, port, server.new_session,
-                                       unix=options.transport != "grpc",
-                                       max_sessions=options.workers)
+    self.listener = transport.Listener(
+        host, port, server.new_session, unix=options.transport != "grpc",
+        max_sessions=options.workers, tls=self.tls,
+        max_message=max(transport.SMALL_MESSAGE, server.step_layout.nbytes) + 1)
+    if self.own_secret:  # For this user's workers on this host (auth.local_secret).
+      self._secret_file = auth.secret_path(host, self.listener.port)
+      auth.write_private(self._secret_file, server.secret)
     self._announce(self.listener.address)
     for i, device in enumerate(lanes):
       group.spawn(f"inference-{device.id}-{i}", server.run, i, group.stop,
@@ -211,7 +280,8 @@ class Seed(HostRuntime):
     self._alive_at, self._reported = time.monotonic(), 0  # for `_poll`
     if options.num_local_workers:
       self.local = LocalWorkers(options.num_local_workers, self.listener.address,
-                                options.transport, self.workdir)
+                                options.transport, self.workdir, secret=server.secret,
+                                tls_ca=options.tls_cert)
 
   def _announce(self, address: str) -> None:
     if self.options.num_local_workers:
@@ -264,6 +334,11 @@ class Seed(HostRuntime):
     finally:
       if self.listener is not None:
         self.listener.close()
+      if getattr(self, "_secret_file", None):
+        try:
+          os.unlink(self._secret_file)
+        except OSError:
+          pass
 
 
 def _check_state_axis(agent: Agent, num_slots: int) -> None:

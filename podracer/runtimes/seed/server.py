@@ -36,13 +36,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import trajectories
-from podracer.distributed import transport
+from podracer.distributed import auth, transport
 from podracer.agent import Agent
+from podracer.runtimes import door
 from podracer.runtimes.compile_once import compile_once
 from podracer.runtimes.sebulba import threads
 from podracer.runtimes.sebulba.actor import Batch
 from podracer.runtimes.sebulba.params import ParamsStore
 from podracer.types import PyTree, TimeStep, Trajectory
+
+
+MAX_HANDSHAKES = 16  # connections between their first byte and joining, at once
+HANDSHAKE_S = 10.0  # seconds a connection has from its last message to join
 
 
 def stack_np(entries: List[PyTree]) -> PyTree:
@@ -181,7 +186,7 @@ class InferenceServer:
                rollout_length: int, batch_size: int, timeout_ms: Optional[float],
                max_policy_lag: Optional[int], welcome: Dict[str, Any],
                step_layout: transport.Layout, action_layout: transport.Layout,
-               seed: int, worker_timeout: float):
+               seed: int, worker_timeout: float, secret: Optional[bytes] = None):
     self.agent, self.devices, self.store, self.output, self.seats = (
         agent, devices, store, output, seats)
     self.num_workers, self.envs_per_worker = num_workers, envs_per_worker
@@ -189,7 +194,8 @@ class InferenceServer:
     self.timeout = None if not timeout_ms else timeout_ms / 1000
     self.max_policy_lag, self.welcome, self.seed = max_policy_lag, welcome, seed
     self.step_layout, self.action_layout = step_layout, action_layout
-    self.worker_timeout = worker_timeout
+    self.door = door.Door(step_layout.arrays)  # Each STEP checked before it is queued.
+    self.worker_timeout, self.secret = worker_timeout, secret
     self.num_slots = num_workers * envs_per_worker
     self.lock = threading.Lock()
     self.delivering = threading.Lock()
@@ -198,6 +204,8 @@ class InferenceServer:
     self.requests = [queue.Queue() for _ in devices]
     self.stopping = threading.Event()
     self.failures: List[str] = []   # why workers were dropped, newest last
+    self.dropped = 0                # workers dropped (silent, bad data, lost)
+    self.handshaking: Dict[int, WorkerSession] = {}  # connections yet to join, by id
     self.stats = ServerStats()
     key = jax.random.PRNGKey(seed * 7919 + 17)
     self.steps = [InferenceStep(agent, d, self.num_slots, jax.random.fold_in(key, i))
@@ -206,10 +214,25 @@ class InferenceServer:
   # -- sessions (transport threads) --------------------------------------------------
 
   def new_session(self, peer: str) -> "WorkerSession":
-    return WorkerSession(self, peer)
+    """A session for a new connection; TransportError when MAX_HANDSHAKES connections
+    are already in their handshake (the transport closes this one)."""
+    with self.lock:
+      if len(self.handshaking) >= MAX_HANDSHAKES:
+        raise transport.TransportError("too many connections in their handshake")
+      session = WorkerSession(self, peer)
+      self.handshaking[id(session)] = session
+      return session
+
+  def refused(self, session: "WorkerSession", why: str) -> None:
+    """A connection that did not join: one line in the run's log."""
+    with self.lock:
+      self.handshaking.pop(id(session), None)
+    if not self.stopping.is_set():
+      self.failures.append(f"refused a connection from {session.peer}: {why}")
 
   def join(self, session: "WorkerSession") -> Optional[int]:
     with self.lock:
+      self.handshaking.pop(id(session), None)
       free = [w for w in range(self.num_workers) if w not in self.sessions]
       if not free:
         return None
@@ -227,6 +250,7 @@ class InferenceServer:
     for j in session.seats_taken():
       self.seats.release(j)
     if error and not self.stopping.is_set():
+      self.dropped += 1
       self.failures.append(f"worker {session.peer} (seat {session.seat}) was dropped: "
                            f"{error}")
 
@@ -249,6 +273,10 @@ class InferenceServer:
     with self.lock:
       silent = [s for s in self.sessions.values()
                 if s.ready and not s.waiting and now - s.last_seen > self.worker_timeout]
+      slow = [s for s in self.handshaking.values() if now - s.last_seen > HANDSHAKE_S]
+    for session in slow:  # A connection that does not say who it is, in time.
+      session.timed_out = True
+      session.abort()
     for session in silent:
       session.timed_out = True
       session.abort()
@@ -358,7 +386,7 @@ class InferenceServer:
                               *[p.trajectory for p in pieces])
     versions = [v for p in pieces for v in p.versions]
     times = dict(self.stats.take(), workers_alive=self.workers_alive,
-                 worker_restarts=self.restarts)
+                 worker_restarts=self.restarts, workers_dropped=self.dropped)
     batch = Batch(None, float(np.mean(versions)),
                   self.rollout_length * self.envs_per_worker * len(pieces),
                   sum(p.episodes for p in pieces), times, oldest_version=min(versions))
@@ -428,27 +456,61 @@ class WorkerSession(transport.Session):
     self.episodes = np.zeros(3)
     self.fresh = True
     self._sending = threading.Lock()
+    self.hello: Optional[Dict[str, Any]] = None  # its HELLO, until it joins
+    self.nonce: Optional[bytes] = None           # the challenge it must answer
+    self.drop_reason: Optional[str] = None       # why the server ends the connection
 
   def seats_taken(self) -> List[int]:
     return [] if self.seat_now is None else [self.seat_now]
 
+  def limit(self, kind: int) -> int:
+    if self.ready and kind == transport.STEP:
+      return self.server.step_layout.nbytes  # Exactly that, checked when unpacked.
+    return transport.SMALL_MESSAGE
+
   def handle(self, kind: int, payload: bytes) -> Tuple[int, bytes]:
     self.last_seen = time.monotonic()
-    if kind == transport.HELLO:
+    if kind == transport.HELLO and self.hello is None and self.seat < 0:
       return self._hello(transport.decode_json(payload))
-    if kind == transport.SPEC:
+    if kind == transport.AUTH and self.nonce is not None:
+      return self._auth(payload)
+    if kind == transport.SPEC and self.seat >= 0 and not self.ready:
       return self._spec(transport.decode_json(payload))
     if kind == transport.STEP and self.ready:
-      return self._step(self.server.step_layout.unpack(payload))
-    raise transport.TransportError(f"unexpected {transport.KIND_NAMES[kind]} message")
+      arrays = self.server.step_layout.unpack(payload)
+      problem = self.server.door.problem(payload, arrays)
+      if problem:  # Dropped before the step reaches a device; the run goes on.
+        self.ready = False
+        return self._refuse(f"it sent {problem}")
+      return self._step(arrays)
+    raise transport.TransportError(
+        f"unexpected {transport.KIND_NAMES.get(kind, kind)} message")
 
   def _refuse(self, message: str) -> Tuple[int, bytes]:
+    self.drop_reason = message
     return transport.REFUSE, transport.encode_json(dict(message=message))
 
   def _hello(self, hello: Dict[str, Any]) -> Tuple[int, bytes]:
+    """A worker's first message: a challenge for the run's secret, or (with none) its
+    admission."""
+    self.hello = hello
+    if self.server.secret is None:
+      return self._admit()
+    self.nonce = auth.new_nonce()
+    return transport.CHALLENGE, self.nonce
+
+  def _auth(self, reply: bytes) -> Tuple[int, bytes]:
+    nonce, self.nonce = self.nonce, None  # One answer per challenge.
+    if not auth.verify(self.server.secret, nonce, reply):
+      return self._refuse("its answer does not prove the run's secret (a wrong or no "
+                          "secret: see --secret_file and $PODRACER_SEED_SECRET).")
+    return self._admit()
+
+  def _admit(self) -> Tuple[int, bytes]:
     from podracer import __version__  # pylint: disable=import-outside-toplevel
-    if hello.get("version") != __version__:
-      return self._refuse(f"the worker runs podracer {hello.get('version')}, the server "
+    version = self.hello.get("version")
+    if version != __version__:
+      return self._refuse(f"the worker runs podracer {version}, the server "
                           f"{__version__}; install the same version on both.")
     seat = self.server.join(self)
     if seat is None:
@@ -547,7 +609,12 @@ class WorkerSession(transport.Session):
 
   def closed(self, error: Optional[str]) -> None:
     if self.timed_out:
-      error = f"sent nothing for {self.server.worker_timeout:.0f} s (runtime.worker_timeout)"
+      error = (f"sent nothing for {self.server.worker_timeout:.0f} s "
+               f"(runtime.worker_timeout)" if self.seat >= 0 else
+               f"did not join within {HANDSHAKE_S:.0f} s of its last message")
+    error = self.drop_reason or error
     self.ready = False
     if self.seat >= 0:
       self.server.leave(self, error)
+    else:
+      self.server.refused(self, error or "it closed the connection before joining")

@@ -17,6 +17,7 @@ import time
 from typing import List, Optional, Tuple
 
 import podracer
+from podracer.distributed.auth import SECRET_ENV
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(podracer.__file__)))
 
@@ -41,8 +42,9 @@ CONNECT_TIMEOUT_S = 60.0  # A local worker that has not connected by then exits.
 class LocalWorkers:
   """`n` worker processes of this host; `exited()` reports (and forgets) dead ones."""
 
-  def __init__(self, n: int, address: str, transport: str, workdir: Optional[str]):
-    self.address, self.transport = address, transport
+  def __init__(self, n: int, address: str, transport: str, workdir: Optional[str],
+               secret: Optional[bytes] = None, tls_ca: Optional[str] = None):
+    self.address, self.transport, self.secret, self.tls_ca = address, transport, secret, tls_ca
     self.log_dir = os.path.join(workdir, "workers") if workdir else tempfile.mkdtemp(
         prefix="podracer-workers-")
     os.makedirs(self.log_dir, exist_ok=True)
@@ -59,10 +61,14 @@ class LocalWorkers:
     env = dict(os.environ, JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (PROJECT_ROOT, env.get("PYTHONPATH", "")) if p)
+    if self.secret is not None:  # In its environment: not on a command line `ps` shows.
+      env[SECRET_ENV] = self.secret.decode()
+    tls = [f"--tls_ca={self.tls_ca}"] if self.tls_ca else []
     with open(self.log(i), "a") as log:
       self.processes[i] = subprocess.Popen(
           [sys.executable, "-m", "podracer.worker", f"--server={self.address}",
-           f"--transport={self.transport}", f"--connect_timeout={CONNECT_TIMEOUT_S:g}"],
+           f"--transport={self.transport}", f"--connect_timeout={CONNECT_TIMEOUT_S:g}",
+           *tls],
           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
           start_new_session=True)
     self.started_at[i] = time.monotonic()
