@@ -279,15 +279,19 @@ def test_tls_workers_with_a_secret_train_and_the_secret_is_nowhere_in_the_workdi
   assert secret not in result.stdout + result.stderr
 
 
+class _Echo(transport.Session):
+  def handle(self, kind, payload):
+    return transport.ACTION, payload[::-1]
+
+
+def _echo_over_tls(tls):
+  return transport.Listener("localhost", 0, lambda peer: _Echo(), unix=False,
+                            max_sessions=2, tls=tls)
+
+
 def test_a_plain_client_cannot_talk_to_a_tls_server_and_a_trusting_one_can(tmp_path):
   cert, key = _certificate(tmp_path)
-  tls = transport.ServerTLS(cert.read_bytes(), key.read_bytes())
-
-  class Echo(transport.Session):
-    def handle(self, kind, payload):
-      return transport.ACTION, payload[::-1]
-  listener = transport.Listener("localhost", 0, lambda peer: Echo(), unix=False,
-                                max_sessions=2, tls=tls)
+  listener = _echo_over_tls(transport.ServerTLS(cert.read_bytes(), key.read_bytes()))
   try:
     with pytest.raises(transport.TransportError):
       transport.connect(listener.address, "grpc", timeout=3).request(transport.STEP, b"ab")
@@ -394,3 +398,37 @@ def test_the_doors_fast_check_of_raw_bytes_agrees_with_the_named_check(index, va
   payload = layout.pack(arrays)
   named = door.step_problem(*arrays[:3], arrays[3:-1]) or door.statistics_problem(arrays[-1])
   assert named and check.problem(payload, layout.unpack(payload)) == named
+
+
+def _signed(directory: pathlib.Path, ca, name: str, san: str):
+  """A certificate for `name` (subject alternative name `san`) signed by `ca`, made with
+  openssl: (cert, key) paths."""
+  key, csr, cert = (directory / f"{name}.{x}" for x in ("key", "csr", "pem"))
+  ext = directory / f"{name}.ext"
+  ext.write_text(f"subjectAltName={san}\n")
+  subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                  "-keyout", str(key), "-out", str(csr)], check=True, capture_output=True)
+  subprocess.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey",
+                  str(ca[1]), "-CAcreateserial", "-days", "1", "-extfile", str(ext),
+                  "-out", str(cert)], check=True, capture_output=True)
+  return cert, key
+
+
+def test_mutual_tls_refuses_a_worker_without_a_certificate_of_the_ca(tmp_path):
+  ca = _certificate(tmp_path)  # A self-signed CA, for the server's and a client's.
+  server_cert, server_key = _signed(tmp_path, ca, "server", "DNS:localhost")
+  client_cert, client_key = _signed(tmp_path, ca, "client", "DNS:client")
+  listener = _echo_over_tls(transport.ServerTLS(
+      server_cert.read_bytes(), server_key.read_bytes(), client_ca=ca[0].read_bytes()))
+  try:
+    anonymous = transport.ClientTLS(ca[0].read_bytes())
+    with pytest.raises(transport.TransportError):
+      transport.connect(listener.address, "grpc", timeout=3,
+                        tls=anonymous).request(transport.STEP, b"ab")
+    known = transport.ClientTLS(ca[0].read_bytes(), client_cert.read_bytes(),
+                                client_key.read_bytes())
+    good = transport.connect(listener.address, "grpc", timeout=10, tls=known)
+    assert good.request(transport.STEP, b"ab") == (transport.ACTION, b"ba")
+    good.close()
+  finally:
+    listener.close()
