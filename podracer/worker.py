@@ -23,6 +23,7 @@ import argparse
 import importlib
 import importlib.util
 import os
+import pathlib
 import signal
 import socket
 import subprocess
@@ -241,7 +242,7 @@ def _tls(args: argparse.Namespace) -> Optional[transport.ClientTLS]:
   for flag in ("tls_ca", "tls_cert", "tls_key"):
     path = getattr(args, flag)
     try:
-      read[flag] = open(path, "rb").read() if path else None
+      read[flag] = pathlib.Path(path).expanduser().read_bytes() if path else None
     except OSError as e:
       raise Refused(f"--{flag} ({path}) cannot be read: {e.strerror or e}") from None
   return transport.ClientTLS(read["tls_ca"], read["tls_cert"], read["tls_key"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import pathlib
 import sys
 import time
 from typing import Any, Callable, Optional, Tuple
@@ -52,7 +53,7 @@ class SeedOptions(LearnerOptions):
   `worker_timeout` seconds of silence before a worker is dropped, `max_worker_restarts`
   of local workers, and `inject_failure` ('inference' or 'learner').
 
-  Who may join (docs/seed.md, "Across machines"): `secret_file` holds the secret workers
+  Who may join (docs/seed.md, "Workers on other machines, safely"): `secret_file` holds the secret workers
   must prove (else $PODRACER_SEED_SECRET; else, on a loopback address, one the run makes
   for its user); `allow_unauthenticated` lets a non-loopback server run without one;
   `tls_cert`/`tls_key` (PEM files) encrypt gRPC, and `tls_client_ca` also requires
@@ -175,7 +176,7 @@ def _tls(options: SeedOptions) -> Optional[transport.ServerTLS]:
   for key in ("tls_cert", "tls_key", "tls_client_ca"):
     path = getattr(options, key)
     try:
-      read[key] = open(os.path.expanduser(path), "rb").read() if path else None
+      read[key] = pathlib.Path(path).expanduser().read_bytes() if path else None
     except OSError as e:
       raise _key_error(key, f"({path}) cannot be read: {e.strerror or e}.") from None
   return transport.ServerTLS(read["tls_cert"], read["tls_key"], read["tls_client_ca"])
@@ -216,6 +217,7 @@ class Seed(HostRuntime):
         producers=options.workers, batch_key="envs_per_batch", turns=False))
     self.producers = options.workers  # `run_actors` warms up two batches each.
     self.server = self.listener = self.local = None
+    self._secret_file: Optional[str] = None  # the run's own secret, for its user's workers
     self.workdir: Optional[str] = None
 
   def run(self, logger, checkpointer: Optional[Any] = None,
@@ -334,7 +336,7 @@ class Seed(HostRuntime):
     finally:
       if self.listener is not None:
         self.listener.close()
-      if getattr(self, "_secret_file", None):
+      if self._secret_file:
         try:
           os.unlink(self._secret_file)
         except OSError:
