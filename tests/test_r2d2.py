@@ -171,15 +171,18 @@ def test_runtimes_refuse_replays_they_cannot_drive():
 
 
 @pytest.mark.learning
-def test_r2d2_catch_anakin_over_5_seeds_holds_0_75_over_the_last_fifth(tmp_path):
+def test_r2d2_catch_anakin_over_5_seeds_holds_0_9_over_the_last_fifth(tmp_path):
   """Seeds 0-4 in one program, one host device, the whole 300K each: reaching is not
-  holding. 2026-11-27: last-20 % means 0.980, 0.949, 0.639, 0.507, 0.982 (IQM 0.856):
-  seeds 2 and 3 learn late (alone, seed 2 holds 0.59 and seed 3 0.80), so the IQM, not
-  seed 0's 0.98, is the claim. About 60 s: five runs of an LSTM over replayed sequences."""
+  holding. 2026-11-28: last-20 % means 0.982, 0.974, 0.590, 0.920, 0.971 (IQM 0.955) with
+  256 sequences sampled per update (8 per insert); with 128 (4 per insert) 0.940, 0.954,
+  0.591, 0.579, 0.981 (IQM 0.829): seeds 2 and 3 learned late. Seed 2 still does, so the
+  IQM, not each seed, is the claim (issue 49 asks 0.9). About 100 s: five runs of an LSTM
+  over replayed sequences."""
   config = _catch(1)
   assert config.seed == 0 and config.total_env_steps == 300_000
+  assert config.replay.samples_per_insert == 8.0
   records = launch_runs("agents/r2d2/config.py:catch_anakin", tmp_path, "--config.num_runs=5")
-  assert_reached_and_held(records, 5, held_iqm=0.75)
+  assert_reached_and_held(records, 5, held_iqm=0.9)
   assert all(r["replay_size"] <= config.replay.max_size for r in records
              if "replay_size" in r)
 
