@@ -39,8 +39,8 @@ def _nonfinite(name: str, x: np.ndarray) -> Optional[str]:
 def _fine(step_type: np.ndarray, reward: np.ndarray, discount: np.ndarray,
           observations: Sequence[np.ndarray]) -> bool:
   """The fast path: one reduction per array (a NaN discount fails its range check)."""
-  if not (np.all(step_type >= 0) and np.all(step_type <= 2) and np.isfinite(reward).all()
-          and np.all(discount >= 0) and np.all(discount <= 1)):
+  if not (((step_type >= 0) & (step_type <= 2)).all() and np.isfinite(reward).all()
+          and ((discount >= 0) & (discount <= 1)).all()):
     return False
   return all(x.dtype.kind not in "fc" or np.isfinite(x).all() for x in observations)
 
@@ -88,9 +88,13 @@ def statistics_problem(sums: np.ndarray) -> Optional[str]:
 
 def timestep_problem(timestep: Any) -> Optional[str]:
   """`step_problem` of a TimeStep whose observation is an array or a tree of them."""
-  import jax  # pylint: disable=import-outside-toplevel
-  return step_problem(timestep.step_type, timestep.reward, timestep.discount,
-                      [np.asarray(x) for x in jax.tree.leaves(timestep.observation)])
+  observation = timestep.observation
+  if isinstance(observation, np.ndarray):
+    leaves = [observation]
+  else:
+    import jax  # pylint: disable=import-outside-toplevel
+    leaves = [np.asarray(x) for x in jax.tree.leaves(observation)]
+  return step_problem(timestep.step_type, timestep.reward, timestep.discount, leaves)
 
 
 class Door:
