@@ -23,7 +23,6 @@ import argparse
 import importlib
 import importlib.util
 import os
-import pathlib
 import signal
 import socket
 import subprocess
@@ -238,13 +237,11 @@ def _tls(args: argparse.Namespace) -> Optional[transport.ClientTLS]:
     return None
   if bool(args.tls_cert) != bool(args.tls_key):
     raise Refused("--tls_cert and --tls_key go together")
-  read = {}
-  for flag in ("tls_ca", "tls_cert", "tls_key"):
-    path = getattr(args, flag)
-    try:
-      read[flag] = pathlib.Path(path).expanduser().read_bytes() if path else None
-    except OSError as e:
-      raise Refused(f"--{flag} ({path}) cannot be read: {e.strerror or e}") from None
+  try:
+    read = transport.read_files({flag: getattr(args, flag)
+                                 for flag in ("tls_ca", "tls_cert", "tls_key")})
+  except transport.UnreadableFile as e:
+    raise Refused(f"--{e}") from None
   return transport.ClientTLS(read["tls_ca"], read["tls_cert"], read["tls_key"])
 
 

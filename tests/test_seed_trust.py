@@ -27,7 +27,8 @@ from podracer.types import TimeStep
 from tests import seed_peers
 from tests.learning import last_fifth_means
 from tests.test_launch import launch
-from tests.test_seed import _kill_stray_workers, make_server, one_device  # noqa: F401
+from tests.test_seed import (  # noqa: F401
+    DirectConnection, _kill_stray_workers, make_server, one_device)
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 
@@ -87,13 +88,11 @@ def test_a_peer_without_the_secret_is_refused_in_one_line_with_no_config_and_no_
 
 def test_a_worker_with_no_secret_says_how_to_give_one():
   server = _secured_server()
-  session = server.new_session("worker")
-  conn = type("Direct", (), {"request": lambda self, k, p=b"": session.handle(k, p)})()
+  conn = DirectConnection(server.new_session("worker"), steps=0)
   with pytest.raises(worker.Refused, match="--secret_file=FILE or \\$PODRACER_SEED_SECRET"):
     worker.handshake(conn, None)
-  fresh = server.new_session("worker 2")
-  conn2 = type("Direct", (), {"request": lambda self, k, p=b"": fresh.handle(k, p)})()
-  assert worker.handshake(conn2, SECRET)["seat"] == 0
+  again = DirectConnection(server.new_session("worker 2"), steps=0)
+  assert worker.handshake(again, SECRET)["seat"] == 0
 
 
 def test_connections_in_their_handshake_are_capped_and_time_out():

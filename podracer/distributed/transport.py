@@ -25,6 +25,7 @@ import dataclasses
 import errno
 import json
 import os
+import pathlib
 import queue
 import socket
 import struct
@@ -113,28 +114,50 @@ def split_address(address: str) -> Tuple[str, int]:
   return host.strip("[]"), int(port)
 
 
+def _addresses(host: str) -> set:
+  """The addresses `host` resolves to (none if it does not resolve)."""
+  try:
+    return {info[4][0] for info in socket.getaddrinfo(host, None)}
+  except socket.gaierror:
+    return set()
+
+
+def _loopback(address: str) -> bool:
+  return address.startswith("127.") or address == "::1"
+
+
 def is_local(host: str) -> bool:
   """Whether `host` names this machine (a loopback or one of its own addresses)."""
-  try:
-    addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
-  except socket.gaierror:
-    return False
-  if any(a.startswith("127.") or a == "::1" for a in addresses):
+  addresses = _addresses(host)
+  if any(map(_loopback, addresses)):
     return True
-  try:
-    own = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
-  except socket.gaierror:
-    own = set()
-  return bool(addresses & own)
+  return bool(addresses and addresses & _addresses(socket.gethostname()))
 
 
 def is_loopback(host: str) -> bool:
   """Whether every address `host` resolves to is a loopback one (127.0.0.0/8, ::1)."""
-  try:
-    addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
-  except socket.gaierror:
-    return False
-  return bool(addresses) and all(a.startswith("127.") or a == "::1" for a in addresses)
+  addresses = _addresses(host)
+  return bool(addresses) and all(map(_loopback, addresses))
+
+
+def read_files(paths: Dict[str, Optional[str]]) -> Dict[str, Optional[bytes]]:
+  """Each named file's bytes (None where no path is given; `~` expanded); an unreadable
+  one raises UnreadableFile naming it."""
+  read = {}
+  for name, path in paths.items():
+    try:
+      read[name] = pathlib.Path(path).expanduser().read_bytes() if path else None
+    except OSError as e:
+      raise UnreadableFile(name, path, e.strerror or str(e)) from None
+  return read
+
+
+class UnreadableFile(Exception):
+  """`read_files`: the file of `name` at `path` cannot be read, `why`."""
+
+  def __init__(self, name: str, path: str, why: str):
+    super().__init__(f"{name} ({path}) cannot be read: {why}")
+    self.name, self.path, self.why = name, path, why
 
 
 def unix_path(host: str, port: int) -> str:

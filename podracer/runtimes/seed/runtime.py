@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import pathlib
 import sys
 import time
 from typing import Any, Callable, Optional, Tuple
@@ -172,13 +171,11 @@ def _tls(options: SeedOptions) -> Optional[transport.ServerTLS]:
     raise _key_error("tls_client_ca", "asks workers for client certificates, which the "
                      "run's local workers do not have over gRPC; use transport=auto (they "
                      "use the Unix socket) or num_local_workers=0.")
-  read = {}
-  for key in ("tls_cert", "tls_key", "tls_client_ca"):
-    path = getattr(options, key)
-    try:
-      read[key] = pathlib.Path(path).expanduser().read_bytes() if path else None
-    except OSError as e:
-      raise _key_error(key, f"({path}) cannot be read: {e.strerror or e}.") from None
+  try:
+    read = transport.read_files({key: getattr(options, key)
+                                 for key in ("tls_cert", "tls_key", "tls_client_ca")})
+  except transport.UnreadableFile as e:
+    raise _key_error(e.name, f"({e.path}) cannot be read: {e.why}.") from None
   return transport.ServerTLS(read["tls_cert"], read["tls_key"], read["tls_client_ca"])
 
 
