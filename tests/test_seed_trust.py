@@ -311,15 +311,17 @@ def _rss_mb():
 
 @pytest.mark.slow
 def test_a_nan_worker_and_a_fuzzer_beside_two_workers_do_not_stop_ppo(capsys):
-  """PPO `cartpole_seed` (2M env steps, its two local workers) with a third slot: a
-  worker joins it, steps 50 good steps and then NaN, and is dropped; a seeded fuzzer
-  then sends random frames on both transports, with and without a valid handshake,
-  until 1.6M env steps. The run holds what PPO holds without them (docs/seed.md: 495-500 over
-  the last 20 %, seeds 0-2; asserted: 450, 0.9x of 500), names the dropped worker, has
+  """PPO `cartpole_seed` (1M of its 2M env steps, its two local workers) with a third
+  slot: a worker joins it, steps 50 good steps and then NaN, and is dropped; a seeded
+  fuzzer then sends random frames on both transports, with and without a valid
+  handshake, until 800K env steps. The run holds what PPO holds without them (it reaches
+  450 at about 200K; docs/seed.md: 495-500 over the last 20 % of 2M, seeds 0-2;
+  asserted: 450, 0.9x of 500, over 800K-1M), names the dropped worker, has
   a line for every peer it dropped and no traceback, and its memory grows by less than
   100 MB while the fuzzer runs (2026-11-28: 898 peers in about 90 s, 15 MB)."""
   config = one_device(ppo_config.cartpole_seed())
   config.runtime.num_workers = 3
+  config.total_env_steps = 1_000_000
   experiment = builder.build(config)
   runtime, logger = experiment.runtime, MetricsLogger(stream=None)
   out, peers = {}, {}
@@ -330,8 +332,8 @@ def test_a_nan_worker_and_a_fuzzer_beside_two_workers_do_not_stop_ppo(capsys):
     seed_peers.nan_worker(runtime.listener.address, 50, out)
     peers["fuzzer"] = fuzzer = seed_peers.Fuzzer(runtime.listener.address, seed=0)
     peers["rss"] = _rss_mb()
-    # Until 1.6M env steps: every connection it makes ends while the run still runs.
-    fuzzer.run(600, until=lambda: logger.records[-1]["env_steps"] >= 1_600_000)
+    # Until 800K env steps: every connection it makes ends while the run still runs.
+    fuzzer.run(600, until=lambda: logger.records[-1]["env_steps"] >= 800_000)
     peers["rss_end"] = _rss_mb()
   attacker = threading.Thread(target=attack, daemon=True)
   attacker.start()
@@ -351,7 +353,7 @@ def test_a_nan_worker_and_a_fuzzer_beside_two_workers_do_not_stop_ppo(capsys):
   assert peers["rss_end"] - peers["rss"] < 100, peers  # 15 MB over 898 peers here
   records = logger.records
   assert max(r.get("workers_dropped", 0) for r in records) >= 1
-  assert records[-1]["env_steps"] >= 2_000_000
+  assert records[-1]["env_steps"] >= 1_000_000
   held = last_fifth_means(records)[0]
   assert held >= 450, f"held {held:.1f} < 450 with a NaN worker and the fuzzer"
 
