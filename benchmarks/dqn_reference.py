@@ -95,12 +95,15 @@ class ReferenceDQN:
     self.env_steps = self.records * RECORD_EVERY * s["num_envs"]
 
   def loss(self, params, target_params, batch):
-    """The squared one-step max-Q TD error, over the batch's real transitions."""
+    """The squared one-step max-Q TD error (the Huber loss with `huber_delta` set),
+    over the batch's real transitions."""
     q = self.network.apply(params, batch.observation)
     q = jnp.take_along_axis(q, batch.action[:, None], 1)[:, 0]
     next_q = jnp.max(self.network.apply(target_params, batch.next_observation), axis=-1)
     target = jax.lax.stop_gradient(batch.reward + batch.discount * self.s["discount"] * next_q)
-    return jnp.sum(batch.valid * jnp.square(q - target)) / jnp.maximum(batch.valid.sum(), 1)
+    per_item = (optax.huber_loss(q, target, delta=self.s["huber_delta"])
+                if self.s.get("huber_delta") else jnp.square(q - target))
+    return jnp.sum(batch.valid * per_item) / jnp.maximum(batch.valid.sum(), 1)
 
   def learn(self, params, target_params, opt, replay, key):
     size = jnp.minimum(replay.count, self.s["buffer_size"])
@@ -152,8 +155,8 @@ class ReferenceDQN:
     return returns
 
 
-def reference(seeds: List[int], total_env_steps: int) -> Dict[str, object]:
-  dqn = ReferenceDQN(total_env_steps)
+def reference(seeds: List[int], total_env_steps: int, **changes) -> Dict[str, object]:
+  dqn = ReferenceDQN(total_env_steps, dict(SETTINGS, **changes))
   run, env_steps = jax.jit(jax.vmap(dqn.train)), dqn.env_steps
   keys = jnp.stack([jax.random.PRNGKey(seed) for seed in seeds])
   jax.block_until_ready(run.lower(keys).compile())  # Compile outside the timing.
@@ -196,12 +199,17 @@ def main() -> None:
   parser.add_argument("--total_env_steps", type=int, default=500_000)
   parser.add_argument("--which", default="reference,podracer")
   parser.add_argument("--podracer_args", default="", help="appended to podracer's launch")
+  parser.add_argument("--huber_delta", type=float, default=0.0,
+                      help="the reference's Huber loss with this delta (0: its squared error)")
+  parser.add_argument("--target_every", type=int, default=SETTINGS["target_every"],
+                      help="the reference's target copy, in env steps")
   args = parser.parse_args()
   seeds = [int(s) for s in args.seeds.split(",")]
   for which in args.which.split(","):
     start = time.perf_counter()
     if which == "reference":
-      result = reference(seeds, args.total_env_steps)
+      result = reference(seeds, args.total_env_steps, huber_delta=args.huber_delta,
+                         target_every=args.target_every)
     else:
       result = podracer(seeds, args.total_env_steps, shlex.split(args.podracer_args))
     held = ", ".join(f"{h:.1f}" for h in result["held"])

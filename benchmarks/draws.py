@@ -49,6 +49,12 @@ CASES: Dict[str, Case] = {
                         ("--config.stop_at_return=450",), 450),
     "r2d2_seed": Case("agents/r2d2/config.py:cartpole_seed",
                       ("--config.replay.name=host", "--config.stop_at_return=400"), 400),
+    # R2D2's learning test (tests/test_r2d2.py), acting and learning in turns: fixed by
+    # the seed, so these are its seeds rather than draws.
+    "r2d2_sebulba_host": Case("agents/r2d2/config.py:cartpole_sebulba",
+                              ("--config.replay.name=host",), 400),
+    "r2d2_sebulba_device": Case("agents/r2d2/config.py:cartpole_sebulba",
+                                ("--config.replay.name=device",), 400),
     # The reverb lane's (run it with .venv-reverb/bin/python).
     "r2d2_sebulba_reverb": Case("agents/r2d2/config.py:cartpole_sebulba",
                                 ("--config.replay.name=reverb",), 400),
