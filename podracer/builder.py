@@ -32,6 +32,7 @@ from podracer.errors import ConfigError, DiskError
 from podracer.components import loggers as loggers_lib
 from podracer.logs.metrics import DEFAULT_LOGGERS, LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
+from podracer.runtimes import population as population_lib
 
 REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
 
@@ -82,7 +83,7 @@ class Experiment:
     if rounded and stream:
       stream.write(rounded + "\n")
     if self.runs and stream:
-      stream.write(runs_lib.describe(self.runs) + "\n")
+      stream.write(self._describe_runs())
     watched = guards.NonFiniteWatch(logger, self.config.get("nan_policy", "stop"))
     # What the runtime's `run` takes of checkpoints and evaluation, when asked for.
     extras = dict(checkpointer=checkpointer,
@@ -101,6 +102,17 @@ class Experiment:
       summary.update(requested_env_steps=self.config.total_env_steps,
                      planned_env_steps=self.plan.total_env_steps)
     return dict(summary, records=logger.records)
+
+  def _describe_runs(self) -> str:
+    """What the start of the output says of many runs, a population or a schedule."""
+    lines = [runs_lib.describe(self.runs)]
+    population = getattr(self.runtime, "population", None)
+    if population:
+      lines.append(population_lib.describe(population, list(self.runs.swept)))
+    schedule = getattr(self.runtime, "schedule", None)
+    if schedule:
+      lines.append(population_lib.describe_schedule(schedule))
+    return "".join(line + "\n" for line in lines)
 
   def _rounded_budget(self) -> Optional[str]:
     """What to say when the plan's whole calls round `total_env_steps` up; else None."""
@@ -292,10 +304,11 @@ def build(config: Any, agent: Any = None) -> Experiment:
   runtime_cls = registry.runtimes.get(_name(config.runtime, "runtime"), key="runtime.name")
   options = registry.build(registry.runtimes, config.runtime, key="runtime",
                            factory=runtime_cls.Options)
-  runs = _runs(config, runtime_cls)
+  runs, population, schedule = _population(config, runtime_cls, options)
   if hasattr(topology, "arrange"):  # The mesh's runs x data split (podracer/mesh.py).
     topology.arrange(runs.num_runs if runs else 1)
   plan = options.plan(topology, config.total_env_steps)
+  population_lib.check_fits(population, plan.num_updates)
   env_factory = EnvironmentFactory(config.env)
   spec = runtime_cls.environment_spec(env_factory, config.seed) if agent is None or runs else None
   if agent is None:
@@ -306,8 +319,30 @@ def build(config: Any, agent: Any = None) -> Experiment:
   many = {}
   if runs:
     many = dict(runs=runs, agent_for=_agent_for(config, runs, spec, plan.num_updates, nan_policy))
+  if population:
+    many["population"] = population
+  if schedule:
+    many["schedule"] = schedule
   runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed, **many)
   return Experiment(config, runtime, agent, plan, runs)
+
+
+def _population(config: Any, runtime_cls: Any, options: Any):
+  """(runs, PBT over them or None, a replayed PBT schedule or None): `num_runs`, `sweep`,
+  `population` and `schedule_from` (podracer/runtimes/population.py)."""
+  supports = getattr(runtime_cls, "supports_runs", False)
+  if config.get("schedule_from"):
+    schedule = population_lib.load_schedule(config.schedule_from)
+    return population_lib.schedule_runs(config, schedule, supports), None, schedule
+  if not supports and (config.get("population") or {}).get("kind", "none") != "none":
+    raise ConfigError(
+        f"Config key `population.kind` asks for population-based training, but runtime "
+        f"'{config.runtime.name}' runs one run per launch (its environments step on the "
+        "host), so there is no population to compare inside one program. Use "
+        "runtime.name=anakin with a JAX environment.")
+  runs = _runs(config, runtime_cls)
+  updates_per_call = getattr(options, "updates_per_call", None) if supports else None
+  return runs, population_lib.from_config(config, runs, updates_per_call), None
 
 
 def _runs(config: Any, runtime_cls: Any) -> Optional[runs_lib.Runs]:

@@ -215,6 +215,7 @@ class _ComposingParser(flags.ArgumentParser):
 
   def __init__(self, inner):
     self.inner, self.choices, self.sweeps, self.config = inner, {}, {}, None
+    self.bounds = {}
     self.imports = []
 
   def parse(self, argument):
@@ -226,6 +227,7 @@ class _ComposingParser(flags.ArgumentParser):
       add_imports(config, self.imports)  # Before a section swap names their components.
       compose.choose(config, self.choices)
       runs_lib.add_sweep(config, self.sweeps)
+      runs_lib.add_sweep(config, self.bounds, section="population.bounds")
     return config
 
   def flag_type(self):
@@ -272,6 +274,7 @@ def _parse_flags(argv):
   _CONFIG_PARSER.choices, argv = _section_choices(argv)
   # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/config/runs.py.
   _CONFIG_PARSER.sweeps, argv = runs_lib.sweep_args(argv)
+  _CONFIG_PARSER.bounds, argv = runs_lib.sweep_args(argv, runs_lib.BOUNDS_FLAG)
   # ml_collections finds the overrides to define in sys.argv itself.
   sys.argv[:] = argv
   try:

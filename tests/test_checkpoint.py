@@ -45,8 +45,16 @@ CASES = {
                  "--config.runtime.num_envs_per_device=4", "--config.runtime.rollout_length=32",
                  "--config.runtime.updates_per_call=4", "--config.total_env_steps=49152",
                  "--config.num_runs=2", "--config.sweep.optimizer.learning_rate=2.5e-4,1e-3"],
+    # ... as a population (podracer/runtimes/population.py): an exploit/explore step
+    # every call, its values and fitness in the checkpoint.
+    "ppo_pbt": ["--config=agents/ppo/config.py:cartpole_anakin",
+                "--config.runtime.num_envs_per_device=4", "--config.runtime.rollout_length=32",
+                "--config.runtime.updates_per_call=4", "--config.total_env_steps=49152",
+                "--config.num_runs=2", "--config.sweep.optimizer.learning_rate=2.5e-4,1e-3",
+                "--config.population.kind=pbt", "--config.population.interval=4",
+                "--config.population.bounds.optimizer.learning_rate=1e-4,2e-3"],
 }
-RECORDS_PER_CALL = {"ppo_runs": 4}
+RECORDS_PER_CALL = {"ppo_runs": 4, "ppo_pbt": 4}
 # The reverb lane resumes PPO CartPole (orbax and typed keys of its JAX) and no more.
 REVERB_LANE = {"ppo_cartpole"}
 

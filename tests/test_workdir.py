@@ -150,3 +150,18 @@ def test_tail_mean_is_the_mean_of_the_last_fifth_and_at_least_of_the_last_value(
   assert tail_mean(range(10), fraction=0.5) == 7.0  # 5, 6, 7, 8, 9.
   with pytest.raises(ValueError, match="fraction 0"):
     tail_mean([1.0], fraction=0.0)
+
+
+def test_a_workdir_from_before_the_population_keys_resumes_and_a_changed_one_does_not(
+    tmp_path):
+  """0.11.0 added `population` and `schedule_from` to every config: a workdir whose
+  config.json lacks them (written by 0.10.0) resumes with their defaults, and one that
+  sets them differently is refused naming the key."""
+  config = ppo_config.cartpole_anakin()
+  old = json.loads(config.to_json_best_effort())
+  del old["population"], old["schedule_from"]
+  (tmp_path / "config.json").write_text(json.dumps(old))
+  changed = workdir._changed_keys  # pylint: disable=protected-access
+  assert changed(str(tmp_path), config) == []
+  config.population.kind = "pbt"
+  assert changed(str(tmp_path), config) == ["population.kind"]

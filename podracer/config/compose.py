@@ -47,6 +47,8 @@ RUN_KEYS = {
     "eval_episodes": "podracer/lifecycle/evaluation.py",
     "num_runs": "podracer/config/runs.py",
     "sweep": "podracer/config/runs.py",
+    "population": "podracer/runtimes/population.py",
+    "schedule_from": "podracer/runtimes/population.py",
     "imports": "podracer/registry/imports.py",
 }
 

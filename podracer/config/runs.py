@@ -25,6 +25,9 @@ from podracer.errors import ConfigError
 
 RUNS_AXIS = "runs"
 SWEEP_FLAG = "--config.sweep."
+# Population-based training's bounds of a swept key (podracer/runtimes/population.py),
+# like a sweep a key the config does not have until the command line names it.
+BOUNDS_FLAG = "--config.population.bounds."
 # Sections whose keys shape the program itself, whatever their type.
 STRUCTURAL_SECTIONS = ("env", "runtime", "topology")
 
@@ -176,27 +179,35 @@ def describe(runs: Runs) -> str:
   return ", ".join(parts)
 
 
-def sweep_args(argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
-  """Splits `--config.sweep.KEY=V1,V2` off argv: ({KEY: "V1,V2"}, the rest)."""
+def sweep_args(argv: Sequence[str], prefix: str = SWEEP_FLAG
+               ) -> Tuple[Dict[str, str], List[str]]:
+  """Splits `--config.sweep.KEY=V1,V2` (or another `prefix`) off argv: ({KEY: "V1,V2"},
+  the rest)."""
   sweeps, rest = {}, []
   for arg in argv:
-    if arg.startswith(SWEEP_FLAG) and "=" in arg:
-      key, _, text = arg[len(SWEEP_FLAG):].partition("=")
+    if arg.startswith(prefix) and "=" in arg:
+      key, _, text = arg[len(prefix):].partition("=")
       sweeps[key] = text
     else:
       rest.append(arg)
   return sweeps, rest
 
 
-def add_sweep(config: Any, sweeps: Mapping[str, str]) -> None:
-  """Puts command-line sweeps into `config.sweep` (nested, as a config file writes it)."""
+def add_sweep(config: Any, sweeps: Mapping[str, str], section: str = "sweep") -> None:
+  """Puts command-line sweeps into `config.sweep` (nested, as a config file writes it);
+  `section` "population.bounds" puts PBT's bounds into theirs."""
   from ml_collections import config_dict
   if not sweeps:
     return
-  if config.get("sweep") is None:
-    config.sweep = config_dict.ConfigDict()
+  node = config
+  for head in section.split("."):
+    if node.get(head) is None:
+      node[head] = config_dict.ConfigDict()
+    node = node[head]
   for key, text in sweeps.items():
-    node = config.sweep
+    node = config
+    for head in section.split("."):
+      node = node[head]
     *heads, last = key.split(".")
     for head in heads:
       if head not in node:

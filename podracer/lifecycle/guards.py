@@ -93,11 +93,13 @@ class NonFiniteWatch:
       raise NonFiniteError(message)
 
   def write_runs(self, records: Any, *args: Any, **kwargs: Any) -> None:
-    """Many runs' records of one call (podracer/config/runs.py): a non-finite run stops all."""
+    """Many runs' records of one call (podracer/config/runs.py): a non-finite run stops all,
+    unless population-based training replaced it (`replaced`) with a finite member."""
     self.wrapped.write_runs(records, *args, **kwargs)
-    message = None if self._raised else next(
-        (f"Run {r['run']} (seed {r['seed']}): {m}" for r in records for m in [self.check(r)]
-         if m), None)
+    bad = [(r, m) for r in records if not r.get("replaced") for m in [self.check(r)] if m]
+    message = None if self._raised or not bad else (
+        f"Run {bad[0][0]['run']} (seed {bad[0][0]['seed']}): {bad[0][1]}" if len(bad) == 1
+        else f"Runs {', '.join(str(r['run']) for r, _ in bad)}: {bad[0][1]}")
     self._previous_updates = records[-1].get("updates", self._previous_updates)
     if message:
       self._raised = True

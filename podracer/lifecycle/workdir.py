@@ -18,7 +18,7 @@ import shutil
 import socket
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from podracer.lifecycle.checkpoint import CHECKPOINT_DIR, has_checkpoint
 from podracer.errors import ConfigError
@@ -83,6 +83,11 @@ def previous_records(workdir: str) -> int:
 
 # What may change between a run and its resumption.
 RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics")  # Budget; display.
+# Keys a later version added to every config, at the value that behaves as before: a
+# workdir whose config.json lacks one resumes (0.11.0: population-based training).
+ADDED_KEYS = {"population.kind": "none", "population.interval": None,
+              "population.truncation": 0.25, "population.explore": "perturb",
+              "population.perturb_factors": [0.8, 1.25], "schedule_from": None}
 
 
 # Outputs of some runtimes (SEED's worker logs and server address).
@@ -141,8 +146,15 @@ def _changed_keys(workdir: str, config: Optional[Any]) -> list:
     return out
 
   old, new = flat(old), flat(new)
+  old = {**{k: v for k, v in ADDED_KEYS.items() if not _has_section(old, k)}, **old}
   return sorted(k for k in set(old) | set(new)
                 if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k))
+
+
+def _has_section(flat: Dict[str, Any], key: str) -> bool:
+  """Whether a flat config has `key`'s section (an added key's absence then is a change)."""
+  head = key.rpartition(".")[0]
+  return any(k.startswith(head + ".") or k == head for k in flat)
 
 
 def move_aside(workdir: str) -> str:

@@ -403,8 +403,14 @@ def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, (ax_ret, ax_sps) = plt.subplots(2, 1, figsize=(7, 6), sharex=True,
-                                       gridspec_kw=dict(height_ratios=[3, 1]))
+  # Population-based training: a panel per hyperparameter, each member's schedule.
+  keys = list(runs.swept) if runs and any("parent" in r for r in records) else []
+  fig, axes = plt.subplots(2 + len(keys), 1, figsize=(7, 6 + 2 * len(keys)), sharex=True,
+                           gridspec_kw=dict(height_ratios=[3, 1] + [2] * len(keys)),
+                           layout="constrained" if keys else None)
+  ax_ret, ax_sps = axes[0], axes[1]
+  if keys:
+    _plot_population(fig, axes[2:], records, keys)
   if runs:
     _plot_runs(ax_ret, records, runs)
     # Steps/s of all runs together, one point per call.
@@ -428,9 +434,10 @@ def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "
   if sps:
     ax_sps.plot(*zip(*sps), color="tab:gray", lw=1.0)
   ax_sps.set_ylabel("env steps/s")
-  ax_sps.set_xlabel("env steps")
+  axes[-1].set_xlabel("env steps")
   ax_sps.grid(alpha=0.3)
-  fig.tight_layout()
+  if not keys:  # (the population's colour bar takes the constrained layout)
+    fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
@@ -448,6 +455,34 @@ def _plot_runs(ax: Any, records: List[Dict[str, Any]], runs: Any) -> None:
     ax.plot(xs, mean, lw=2.0, color=color, label=f"{label} (mean, band: min-max)")
   if bands:
     ax.legend(loc="best", fontsize="small")
+
+
+def _plot_population(fig: Any, axes: Any, records: List[Dict[str, Any]],
+                     keys: List[str]) -> None:
+  """Each PBT member's value of each key over env steps, coloured by its final return:
+  where the population's values went, and which ended best."""
+  from matplotlib import cm, colors  # pylint: disable=import-outside-toplevel
+  members = runs_lib.by_run(records)
+  finals = {m: next((r["episode_return"] for r in reversed(kept)
+                     if r.get("episode_return") is not None), None)
+            for m, kept in members.items()}
+  known = [f for f in finals.values() if f is not None] or [0.0]
+  norm = colors.Normalize(min(known), max(known) if max(known) > min(known) else
+                          min(known) + 1.0)
+  for ax, key in zip(axes, keys):
+    for member, kept in members.items():
+      points = [(r["env_steps"], r[key]) for r in kept if r.get(key) is not None]
+      final = finals[member]
+      color = cm.viridis(norm(final)) if final is not None else "tab:gray"
+      if points:
+        ax.step(*zip(*points), where="post", lw=1.0, color=color, alpha=0.8)
+    values = [r[key] for r in records if r.get(key) is not None]
+    if values and min(values) > 0 and max(values) / min(values) > 10:
+      ax.set_yscale("log")
+    ax.set_ylabel(key.rsplit(".", 1)[-1])
+    ax.grid(alpha=0.3)
+  fig.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=list(axes),
+               label="member's final return")
 
 
 def _truncate(path: str, num_records: int) -> List[Dict[str, Any]]:

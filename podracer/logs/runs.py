@@ -38,7 +38,8 @@ def summary(records: List[Dict[str, Any]], runs: Any,
   per_run = []
   for run, kept in sorted(by_run(records).items()):
     returns = [r["episode_return"] for r in kept if r.get("episode_return") is not None]
-    entry = dict(runs.labels(run))
+    # Under PBT a member's values move: its last record holds those it ended with.
+    entry = {**runs.labels(run), **{k: kept[-1][k] for k in runs.swept if k in kept[-1]}}
     if returns:
       entry.update(final_episode_return=returns[-1], best_episode_return=max(returns))
     per_run.append(entry)
@@ -50,6 +51,9 @@ def summary(records: List[Dict[str, Any]], runs: Any,
                final_episode_return_min=min(finals), final_episode_return_max=max(finals),
                best_run=max((e for e in per_run if "final_episode_return" in e),
                             key=lambda e: e["final_episode_return"]))
+    if any("parent" in r for r in records):  # Population-based training.
+      best = out["best_run"]
+      best["schedule"] = schedule(records, list(runs.swept), best["run"])
   calls = {}
   for r in records:
     if "sps" in r and not r.get("includes_compilation"):
@@ -61,18 +65,49 @@ def summary(records: List[Dict[str, Any]], runs: Any,
   return out
 
 
+def schedule(records: List[Dict[str, Any]], keys: List[str], member: int
+             ) -> List[List[Any]]:
+  """A PBT member's hyperparameter schedule, [[env steps, {key: value}], ...]: the values
+  its lineage (the members whose parameters it continues: at a step where it copied,
+  its parent's before) trained with from those env steps on: from 0 the first member's,
+  then those each call's step left, each entry where they change."""
+  calls: Dict[int, Dict[int, Dict[str, Any]]] = {}
+  for r in records:
+    calls.setdefault(r["env_steps"], {})[r["run"]] = r
+  held = []
+  for env_steps in sorted(calls, reverse=True):
+    record = calls[env_steps].get(member)
+    if record is None:
+      continue
+    held.append((env_steps, {k: record.get(k) for k in keys}))
+    parent = record.get("parent")
+    if parent is not None:
+      member = parent
+  if held:  # The first call trained with the values the lineage's first member began with.
+    first = calls[min(calls)].get(member, {})
+    held.append((0, {k: first.get(k) for k in keys}))
+  out: List[List[Any]] = []
+  for env_steps, values in reversed(held):
+    if not out or out[-1][1] != values:
+      out.append([env_steps, values])
+  return out
+
+
 def curves(records: List[Dict[str, Any]], runs: Any, key: str = "episode_return"):
   """What a many-run plot draws: ([(xs, ys) per run], [(label, xs, mean, low, high)] per
   group): one group of all runs, or with a sweep one per swept value, the band spanning
   its seeds' min to max."""
   lines, groups = [], {}
+  # A PBT member's values move (and it may continue another's parameters): one group.
+  population = any("parent" in r for r in records)
   for run, kept in sorted(by_run(records).items()):
     points = [(r["env_steps"], r[key]) for r in kept if r.get(key) is not None]
     if not points:
       continue
     lines.append(tuple(zip(*points)))
-    label = ", ".join(f"{k}={runs.swept[k][run]:g}" for k in runs.swept) or \
-        f"mean of {runs.num_runs} runs"
+    label = (f"mean of {runs.num_runs} members" if population else
+             ", ".join(f"{k}={runs.swept[k][run]:g}" for k in runs.swept) or
+             f"mean of {runs.num_runs} runs")
     groups.setdefault(label, []).append(dict(points))
   bands = []
   for label, members in groups.items():

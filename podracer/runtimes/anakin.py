@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.lifecycle import evaluation as evaluation_lib, preemption
+from podracer.lifecycle import evaluation as evaluation_lib, guards, preemption
 from podracer import mesh as mesh_lib, registry, trajectories
 from podracer.config.runs import Runs
 from podracer.agent import Agent
@@ -29,6 +29,7 @@ from podracer.experience import host_replay
 from podracer.lifecycle.memory import check_device_fits, tree_bytes
 from podracer.logs.metrics import RateMeter, Window, device_counts, episode_sums, warming_up
 from podracer.runtime import Plan, Runtime, plan_rounds
+from podracer.runtimes import population as population_lib
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
                             replica_sum, strip_weak_types)
@@ -48,6 +49,10 @@ class AnakinState(NamedTuple):
   # not yet stepped. They open the next trajectory.
   pending: Trajectory
   key: jax.Array
+  # Population-based training's part (podracer/runtimes/population.py): each member's
+  # hyperparameter values and fitness so far; None otherwise (no leaves: a checkpoint
+  # without it is the same as before).
+  population: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +79,9 @@ class Anakin(Runtime):
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: AnakinOptions, plan: Plan, seed: int, runs: Optional[Runs] = None,
-               agent_for: Optional[Callable[[Dict[str, Any]], Agent]] = None):
+               agent_for: Optional[Callable[[Dict[str, Any]], Agent]] = None,
+               population: Optional[population_lib.Population] = None,
+               schedule: Optional[population_lib.Schedule] = None):
     if not hasattr(topology, "mesh") or not hasattr(topology, "num_replicas"):
       raise ConfigError("Anakin needs a topology that replicates over devices "
                         "(`topology.name=replicate`).")
@@ -95,12 +102,16 @@ class Anakin(Runtime):
     # run's agent built by `agent_for` from its swept values (traced in the program).
     self.runs, self._agent_for = runs, agent_for
     self.num_runs = runs.num_runs if runs else 1
+    self.population = population  # PBT over the runs, or None
+    self.schedule = schedule  # A replayed PBT schedule of the swept values, or None
+    self.calls_done = 0  # Calls stepped (from the resumed one): when PBT's step is due.
     # The mesh: runs side by side on its `runs` axis (each device holds
     # `runs_per_device` of them), each run's replicas on its `data` axis.
     self.mesh = topology.mesh
     self.mesh_runs, self.mesh_data = self.mesh.devices.shape
     self.runs_per_device = self.num_runs // self.mesh_runs
     self._swept = self._hparams() if runs else None  # What each call passes its runs.
+    self._values_now = swept_values(runs) if runs else None  # ... as {key: [R]}
     self._placed_swept = None  # ... placed on the mesh, at the first call.
     self._on_cpu = all(d.platform == "cpu" for d in self.mesh.devices.flat)
     state_bytes = self._state_bytes()
@@ -109,7 +120,8 @@ class Anakin(Runtime):
     if runs:
       # Runs are initialised one by one (see `init`), then stepped together.
       init = self._init_run
-      step = compile_once(jax.vmap(self._run_updates_of_run), "The Anakin step")
+      step = compile_once(self._population_step if population else
+                          jax.vmap(self._run_updates_of_run), "The Anakin step")
     self._init = mesh_lib.spmd(init, self.mesh)
     self._step = mesh_lib.spmd(step, self.mesh, donate=self._donates(state_bytes))
 
@@ -194,10 +206,12 @@ class Anakin(Runtime):
       replicas.append(np.asarray(jax.random.fold_in(run_key, replica)))
     return np.stack(nets), np.stack(replicas)
 
-  def _hparams(self) -> Dict[str, np.ndarray]:
-    """Each swept key's value per run, [this process's devices, runs per device], each
-    device its own runs, as the program reads them."""
-    values, per = swept_values(self.runs), self.runs_per_device
+  def _hparams(self, values: Optional[Dict[str, np.ndarray]] = None
+               ) -> Dict[str, np.ndarray]:
+    """Each swept key's value per run (`values`, by default the sweep's), [this
+    process's devices, runs per device], each device its own runs, as the program reads
+    them."""
+    values, per = values or swept_values(self.runs), self.runs_per_device
     return {k: np.stack([v[g * per:(g + 1) * per] for g, _ in self._rows()])
             for k, v in values.items()}
 
@@ -210,10 +224,36 @@ class Anakin(Runtime):
     return self._agent_for(hparams) if hparams else self.agent
 
   def _init_run(self, nets_key, key, hparams) -> AnakinState:
-    return self._init_replica(nets_key, key, self._run_agent(hparams))
+    state = self._init_replica(nets_key, key, self._run_agent(hparams))
+    if self.population:
+      state = state._replace(population=population_lib.init_state(hparams))
+    return state
 
   def _run_updates_of_run(self, state: AnakinState, hparams):
     return self._run_updates(state, self._run_agent(hparams))
+
+  def _population_step(self, state: AnakinState, due, key):
+    """One device's members: their updates (each with the values it holds), their
+    fitness added up, then, when `due`, one exploit/explore step over the population."""
+    state, (metrics, episodes) = jax.vmap(self._run_updates_of_run)(
+        state, state.population.hparams)
+    pop = jax.vmap(population_lib.accumulate)(state.population, episodes)
+    axis = mesh_lib.RUNS if self.mesh_runs > 1 else None
+    members = (state.agent.nets, state.agent.opt)
+    # A member whose parameters went non-finite is replaced from the top at once.
+    broken = ~jax.vmap(guards.all_finite)(members)
+    any_broken = jnp.sum(broken) if axis is None else jax.lax.psum(jnp.sum(broken), axis)
+
+    def exploit(members, pop):
+      return population_lib.exploit_explore(self.population, members, pop, key, axis,
+                                            broken, due)
+
+    def keep(members, pop):
+      return members, pop._replace(replaced=jnp.zeros_like(pop.replaced))
+
+    (nets, opt), pop = jax.lax.cond(due | (any_broken > 0), exploit, keep, members, pop)
+    agent = state.agent._replace(nets=nets, opt=opt)
+    return state._replace(agent=agent, population=pop), (metrics, episodes)
 
   def _init_replica(self, nets_key, key, agent: Optional[Agent] = None) -> AnakinState:
     agent = agent or self.agent
@@ -269,7 +309,8 @@ class Anakin(Runtime):
     actor_metrics = getattr(agent, "actor_metrics", lambda _: {})  # R2D2: epsilon_mean
     metrics = {**metrics, **actor_metrics(actor_state)}
     agent_state = AgentState(actor=actor_state, nets=nets, opt=opt, experience=experience)
-    return AnakinState(agent_state, env_state, pending, key), (metrics, episodes)
+    state = state._replace(agent=agent_state, env=env_state, pending=pending, key=key)
+    return state, (metrics, episodes)
 
   def _run_updates(self, state: AnakinState, agent: Optional[Agent] = None):
     update = functools.partial(self._update, agent=agent or self.agent)
@@ -286,11 +327,47 @@ class Anakin(Runtime):
     """Runs `updates_per_call` updates on every replica: the new state, the metrics as
     [U] numpy arrays and the episode sums [U, 3] (see `metrics.episode_sums`); with many
     runs, [R, U] and [R, U, 3]."""
-    if self.runs and self._placed_swept is None:
-      self._placed_swept = mesh_lib.put(self.mesh, self._swept)
-    state, out = self._step(state, *([self._placed_swept] if self.runs else []))
+    if self.population:
+      state, out = self._step(state, *self._population_inputs(state))
+    else:
+      if self.schedule:  # The values of this call: an input, so nothing compiles again.
+        self._follow_schedule()
+      if self.runs and self._placed_swept is None:
+        self._placed_swept = mesh_lib.put(self.mesh, self._swept)
+      state, out = self._step(state, *([self._placed_swept] if self.runs else []))
+    self.calls_done += 1
     metrics, episodes = self.per_run(out)
     return state, metrics, episodes
+
+  def _population_inputs(self, state: AnakinState):
+    """Whether this call ends with an exploit/explore step, and that step's key: the same
+    on every device (one row each)."""
+    del state
+    done = (self.calls_done + 1) * self.updates_per_call
+    rows = len(mesh_lib.local_devices_of(self.mesh))
+    due = np.full((rows,), self.population.due(done))
+    key = np.stack([np.asarray(self.population.key(done))] * rows)
+    return mesh_lib.feed(self.mesh, (due, key))
+
+  def _follow_schedule(self) -> None:
+    """Sets every run's values to the schedule's at the start of the next call."""
+    values = self.schedule.at(self.calls_done * self.steps_per_call)
+    now = {k: np.full(self.num_runs, v, swept_values(self.runs)[k].dtype)
+           for k, v in values.items()}
+    if self._placed_swept is None or any(
+        not np.array_equal(now[k], v) for k, v in self._values_now.items()):
+      self._values_now = now
+      self._swept, self._placed_swept = self._hparams(now), None
+
+  def hparams_now(self, state: AnakinState) -> Optional[Dict[str, np.ndarray]]:
+    """Each run's current hyperparameter values, {key: [R]} (host arrays): the swept
+    values (or a schedule's), or under PBT the values each member holds now; None for
+    one run."""
+    if not self.runs:
+      return None
+    if not self.population:
+      return self._values_now
+    return population_lib.as_numpy(self.per_run(state.population.hparams))
 
   def per_run(self, rows: Any) -> Any:
     """Host arrays of each run from rows of the mesh: replica 0's row of a single run (a
@@ -311,12 +388,11 @@ class Anakin(Runtime):
       play = jax.jit(functools.partial(evaluation_lib.jax_return, self.agent, env))
       return lambda state, env_steps: float(play(
           self.per_run(state.agent.nets), evaluation.key(env_steps)))
-    hparams = swept_values(self.runs)
     play_run = lambda nets, hp, key: evaluation_lib.jax_return(
         self._run_agent(hp), env, nets, key)
     play = jax.jit(jax.vmap(play_run, in_axes=(0, 0, None)))
     return lambda state, env_steps: [float(x) for x in play(
-        self.per_run(state.agent.nets), hparams, evaluation.key(env_steps))]
+        self.per_run(state.agent.nets), self.hparams_now(state), evaluation.key(env_steps))]
 
   def _resume(self, state: AnakinState, checkpointer: Optional[Any]):
     """(state, first call): the latest checkpoint's, if any, else `state` and 0."""
@@ -342,6 +418,7 @@ class Anakin(Runtime):
     state = self.init() if state is None else state
     evaluate = self._evaluator(evaluation) if evaluation is not None else None
     state, first_call = self._resume(state, checkpointer)
+    self.calls_done = first_call
     records = _CallRecords(self, evaluate, evaluation, state)
     done = first_call
     try:
@@ -401,6 +478,7 @@ class _CallRecords:
     if self.meter:  # Summed over runs by the counters: each run's share.
       rates = {k: v / (1 if k == "sample_to_insert_ratio" else anakin.num_runs) for k, v in
                self.meter.rates(*device_counts(self.replay, state.agent.experience)).items()}
+    labels = self._labels(state, (call + 1) * anakin.updates_per_call)
     records = []
     for r, (run_metrics, run_episodes) in enumerate(per_run):
       window = Window()
@@ -413,11 +491,35 @@ class _CallRecords:
         record["eval_return"] = evaluated[r] if runs else evaluated
       record.update(rates)
       record.update(warming_up(record, self.replay))
-      records.append({**runs.labels(r), **record} if runs else record)
+      records.append({**labels[r], **record} if runs else record)
     if runs:
       logger.write_runs(records, compile_step=compile_step)
     else:
       logger.write(records[0], compile_step=compile_step)
+
+
+  def _labels(self, state: AnakinState, updates: int):
+    """Each run's labels (index, seed, swept values); under PBT the values each member
+    holds now and, after an exploit/explore step, `parent`: the member it continues
+    (itself if it did not copy)."""
+    anakin = self.anakin
+    if not anakin.runs:
+      return None
+    labels = [anakin.runs.labels(r) for r in range(anakin.num_runs)]
+    if anakin.population or anakin.schedule:
+      now = anakin.hparams_now(state)
+      for r, label in enumerate(labels):
+        label.update({k: population_lib.plain(v[r]) for k, v in now.items()})
+    if anakin.population:
+      exploited = anakin.population.due(updates)
+      parents, replaced = (np.asarray(x) for x in anakin.per_run(
+          (state.population.parent, state.population.replaced)))
+      for r, label in enumerate(labels):
+        if exploited or replaced[r]:
+          label["parent"] = int(parents[r])
+        if replaced[r]:  # Its parameters went non-finite: a top member's replaced them.
+          label["replaced"] = 1
+    return labels
 
 
 def swept_values(runs: Runs) -> Dict[str, np.ndarray]:

@@ -1,0 +1,369 @@
+"""Population-based training (Jaderberg et al. 2017) inside one compiled Anakin program.
+
+The runs of a program (`num_runs` x `sweep`, podracer/config/runs.py) are the population's
+members. Every `population.interval` updates, inside the program and with no host round
+trip of parameters, each member's fitness (its mean episode return since the last such
+step) ranks it; each of the bottom `truncation` fraction copies a member drawn uniformly
+from the top fraction (**exploit**: its parameters, optimizer state and hyperparameter
+values; its environments, actors, replay and keys stay its own) and then moves the values
+it copied (**explore**): each swept key multiplied by one of `perturb_factors`, clipped
+to the key's bounds (`perturb`), or drawn anew from the sweep's values (`resample`).
+
+The hyperparameters a member reads are the swept keys' values, traced in the program as
+a sweep's are: they live in the state (`PopulationState.hparams`), so a copy changes a
+learning rate without compiling again.
+
+    --config.sweep.optimizer.learning_rate=1e-4,3e-4,1e-3,3e-3 --config.num_runs=2
+    --config.population.kind=pbt --config.population.interval=64
+
+Collectives name the mesh's `runs` axis: the members spread over devices (one device
+row per run group, `topology.runs`) all see the whole population's fitness.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer.config.runs import Runs, flatten, parse_values
+from podracer.errors import ConfigError
+from podracer.logs import runs as runs_records
+
+KINDS = ("none", "pbt")
+EXPLORE = ("perturb", "resample")
+
+
+class PopulationState(NamedTuple):
+  """One member's part of the state: its hyperparameter values, its fitness so far (the
+  returns and count of the episodes that ended since the last exploit step), the
+  member it copied at the last step (itself if it did not) and whether the last call
+  replaced it for non-finite parameters (1.0) or not (0.0)."""
+  hparams: Dict[str, jax.Array]
+  return_sum: jax.Array
+  episodes: jax.Array
+  parent: jax.Array
+  replaced: Any = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Population:
+  """`population.*`, checked against the runs it is for."""
+  interval: int                       # updates between exploit/explore steps
+  truncation: float                   # the bottom (and top) fraction
+  explore: str                        # "perturb" or "resample"
+  perturb_factors: Tuple[float, ...]
+  bounds: Dict[str, Tuple[float, float]]  # per swept key, for `perturb`
+  choices: Dict[str, Tuple[Any, ...]]     # per swept key: the sweep's values
+  integer: Dict[str, bool]                # per swept key: an integer key
+  size: int                               # members
+  seed: int
+
+  @property
+  def copies(self) -> int:
+    """How many members copy at each step (and how many they copy from)."""
+    return max(1, int(self.size * self.truncation))
+
+  def due(self, updates_done: int) -> bool:
+    return updates_done % self.interval == 0
+
+  def key(self, updates_done: int) -> jax.Array:
+    """The step's key: the same on every device and process."""
+    return jax.random.fold_in(jax.random.PRNGKey(self.seed), updates_done)
+
+
+def from_config(config: Any, runs: Optional[Runs], updates_per_call: Optional[int]
+                ) -> Optional[Population]:
+  """The population `config.population` asks for; None for `kind=none` (the default)."""
+  section = config.get("population") or {}
+  kind = section.get("kind", "none")
+  if kind not in KINDS:
+    raise ConfigError(f"Config key `population.kind` is {kind!r}; it takes one of "
+                      f"{', '.join(KINDS)}.")
+  if kind == "none":
+    return None
+  if runs is None or runs.num_runs < 2:
+    raise ConfigError("Config key `population.kind=pbt` trains a population of runs in one "
+                      "program: give it members with `num_runs` and `sweep` (e.g. "
+                      "--config.num_runs=4 --config.sweep.optimizer.learning_rate=1e-4,1e-3).")
+  if not runs.swept:
+    raise ConfigError("Config key `population.kind=pbt` explores hyperparameters, and this "
+                      "run sweeps none: give the members their starting values with a sweep "
+                      "of at least one key the run reads (e.g. "
+                      "--config.sweep.optimizer.learning_rate=1e-4,3e-4,1e-3).")
+  if updates_per_call is None:
+    raise ConfigError("Config key `population.kind=pbt` needs runtime.name=anakin: its "
+                      "members step, and are compared, inside one compiled program.")
+  interval = _interval(section.get("interval"), updates_per_call)
+  truncation = section.get("truncation", 0.25)
+  if isinstance(truncation, bool) or not isinstance(truncation, (int, float)) or not (
+      0 < truncation <= 0.5):
+    raise ConfigError(f"Config key `population.truncation` is {truncation!r}; it is the "
+                      "fraction of members that copy (and are copied from), in (0, 0.5].")
+  explore = section.get("explore", "perturb")
+  if explore not in EXPLORE:
+    raise ConfigError(f"Config key `population.explore` is {explore!r}; it takes one of "
+                      f"{', '.join(EXPLORE)}.")
+  factors = _factors(section.get("perturb_factors", (0.8, 1.25)))
+  return Population(
+      interval=interval, truncation=float(truncation), explore=explore,
+      perturb_factors=factors, bounds=_bounds(section.get("bounds") or {}, runs),
+      choices={k: tuple(sorted(set(v))) for k, v in runs.swept.items()},
+      integer={k: isinstance(v[0], int) for k, v in runs.swept.items()},
+      size=runs.num_runs, seed=int(config.seed))
+
+
+def check_fits(population: Optional[Population], total_updates: int) -> None:
+  """Refuses an interval the run never reaches (no exploit step at all)."""
+  if population and population.interval > total_updates:
+    raise ConfigError(f"Config key `population.interval` is {population.interval} updates, "
+                      f"more than the run's {total_updates}: no exploit/explore step would "
+                      "happen. Lower it, or raise total_env_steps.")
+
+
+def _interval(interval: Any, updates_per_call: int) -> int:
+  if interval is None:  # By default every 10 calls.
+    return 10 * updates_per_call
+  if (isinstance(interval, bool) or not isinstance(interval, int) or interval <= 0
+      or interval % updates_per_call):
+    raise ConfigError(
+        f"Config key `population.interval` is {interval!r}; it is the number of updates "
+        "between exploit/explore steps, a positive multiple of `runtime.updates_per_call` "
+        f"({updates_per_call}): the step runs between the program's calls.")
+  return interval
+
+
+def _factors(factors: Any) -> Tuple[float, ...]:
+  values = parse_values(factors)
+  if not values or any(isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0
+                       for f in values):
+    raise ConfigError(f"Config key `population.perturb_factors` is {factors!r}; give "
+                      "positive numbers, e.g. 0.8,1.25.")
+  return tuple(float(f) for f in values)
+
+
+def _bounds(given: Any, runs: Runs) -> Dict[str, Tuple[float, float]]:
+  """Each swept key's range for `perturb`: `population.bounds.KEY=LOW,HIGH`, by default
+  the sweep's own smallest and largest value."""
+  given = flatten(given)
+  unknown = sorted(set(given) - set(runs.swept))
+  if unknown:
+    raise ConfigError(f"Config key `population.bounds.{unknown[0]}` bounds a key that is not "
+                      f"swept; the swept keys are {', '.join(runs.swept) or 'none'}.")
+  bounds = {}
+  for key, values in runs.swept.items():
+    low, high = min(values), max(values)
+    if key in given:
+      pair = parse_values(given[key])
+      if len(pair) != 2 or any(isinstance(x, (bool, str)) for x in pair) or pair[0] > pair[1]:
+        raise ConfigError(f"Config key `population.bounds.{key}` is {given[key]!r}; give "
+                          "LOW,HIGH with LOW <= HIGH.")
+      low, high = pair
+      if min(values) < low or max(values) > high:
+        raise ConfigError(f"Config key `population.bounds.{key}` is [{low:g}, {high:g}], "
+                          f"which excludes starting values of `sweep.{key}` "
+                          f"({', '.join(f'{v:g}' for v in sorted(set(values)))}).")
+    bounds[key] = (float(low), float(high))
+  return bounds
+
+
+def init_state(hparams: Dict[str, Any]) -> PopulationState:
+  """A member's state at the start: the values it was given, no episodes yet."""
+  return PopulationState(hparams=dict(hparams), return_sum=jnp.float32(0.0),
+                         episodes=jnp.float32(0.0), parent=jnp.int32(-1),
+                         replaced=jnp.float32(0.0))
+
+
+def accumulate(state: PopulationState, episodes: jax.Array) -> PopulationState:
+  """Adds a call's episode sums ([U, 3]: count, return sum, length sum per update;
+  `metrics.episode_sums`)."""
+  count, return_sum, _ = episode_columns(episodes)
+  return state._replace(return_sum=state.return_sum + jnp.sum(return_sum),
+                        episodes=state.episodes + jnp.sum(count))
+
+
+def episode_columns(episodes: jax.Array):
+  """(count, return sum, length sum) [U] of `metrics.episode_sums` rows [U, 3]."""
+  return episodes[:, 0], episodes[:, 1], episodes[:, 2]
+
+
+def fitness(return_sum: jax.Array, episodes: jax.Array) -> jax.Array:
+  """Mean episode return since the last step; -inf for a member none of whose episodes
+  ended (it ranks last)."""
+  return jnp.where(episodes > 0, return_sum / jnp.maximum(episodes, 1.0), -jnp.inf)
+
+
+def parents(population: Population, fit: jax.Array, key: jax.Array,
+            broken: Optional[jax.Array] = None, due: Any = True) -> jax.Array:
+  """[N] the member each member continues from: when `due`, the bottom `copies` by
+  fitness each a uniformly drawn one of the top `copies`; at any call, a `broken` member
+  (non-finite parameters) one of the top too; the others themselves. A broken member
+  ranks last; ties rank by index."""
+  n, k = fit.shape[0], population.copies
+  if broken is not None:
+    fit = jnp.where(broken, -jnp.inf, fit)
+  order = jnp.argsort(-fit, stable=True)  # best first
+  top, bottom = order[:k], order[n - k:]
+  drawn = top[jax.random.randint(key, (k,), 0, k)]
+  own = jnp.arange(n)
+  out = jnp.where(due, own.at[bottom].set(drawn), own)
+  if broken is not None:
+    out = jnp.where(broken, top[jax.random.randint(jax.random.fold_in(key, 1), (n,), 0, k)],
+                    out)
+  return out
+
+
+def explore(population: Population, hparams: Dict[str, jax.Array], copied: jax.Array,
+            key: jax.Array) -> Dict[str, jax.Array]:
+  """The values [N] of each key after explore: moved where `copied`, kept elsewhere."""
+  out = {}
+  for i, (name, values) in enumerate(sorted(hparams.items())):
+    key_i = jax.random.fold_in(key, i)
+    n = values.shape[0]
+    if population.explore == "perturb":
+      factors = jnp.asarray(population.perturb_factors, jnp.float32)
+      moved = values.astype(jnp.float32) * factors[jax.random.randint(key_i, (n,), 0,
+                                                                       len(factors))]
+      low, high = population.bounds[name]
+      moved = jnp.clip(moved, low, high)
+    else:
+      choices = jnp.asarray(population.choices[name], jnp.float32)
+      moved = choices[jax.random.randint(key_i, (n,), 0, len(choices))]
+    if population.integer[name]:
+      moved = jnp.round(moved)
+    out[name] = jnp.where(copied, moved.astype(values.dtype), values)
+  return out
+
+
+def exploit_explore(population: Population, members: Any, pop: PopulationState,
+                    key: jax.Array, axis_name: Optional[str], broken: Optional[jax.Array] = None,
+                    due: Any = True) -> Tuple[Any, PopulationState]:
+  """One PBT step on this device's members ([M, ...] leaves of `members`, the trees the
+  copies take, and of `pop`); with `axis_name`, the members of every device on that mesh
+  axis, in its order, are the population (gathered, then each device takes its own).
+  `broken` [M]: members with non-finite parameters, replaced from the top even when the
+  step is not `due` (then only they copy, and the fitness windows go on)."""
+  gather = ((lambda x: jax.lax.all_gather(x, axis_name, tiled=True)) if axis_name
+            else (lambda x: x))
+  local = pop.return_sum.shape[0]
+  first = (jax.lax.axis_index(axis_name) * local) if axis_name else 0
+  mine = first + jnp.arange(local)
+  if broken is None:
+    broken = jnp.zeros(local, bool)
+  every = jax.tree.map(gather, (pop.return_sum, pop.episodes, pop.hparams, broken))
+  source = parents(population, fitness(every[0], every[1]), jax.random.fold_in(key, 0),
+                   every[3], due)
+  copied = source != jnp.arange(source.shape[0])
+  hparams = explore(population, jax.tree.map(lambda v: v[source], every[2]), copied,
+                    jax.random.fold_in(key, 1))
+  taken = source[mine]
+  members = jax.tree.map(lambda x: gather(x)[taken], members)
+  zero = jnp.zeros_like(pop.return_sum)
+  keep = lambda new, old: jnp.where(due, new, old)
+  # Replaced: broken, and given a finite member's parameters (not so if all are broken).
+  replaced = every[3][mine] & ~every[3][taken]
+  new_pop = PopulationState(hparams={k: v[mine] for k, v in hparams.items()},
+                            return_sum=keep(zero, pop.return_sum),
+                            episodes=keep(zero, pop.episodes),
+                            parent=jnp.where(due | replaced, taken, pop.parent).astype(jnp.int32),
+                            replaced=replaced.astype(jnp.float32))
+  return members, new_pop
+
+
+def describe(population: Population, keys: Sequence[str]) -> str:
+  """One line for the start of the output."""
+  how = (f"perturb x{{{', '.join(f'{f:g}' for f in population.perturb_factors)}}} within "
+         + ", ".join(f"{k} [{population.bounds[k][0]:g}, {population.bounds[k][1]:g}]"
+                     for k in keys)) if population.explore == "perturb" else "resample"
+  return (f"population-based training: {population.size} members, every "
+          f"{population.interval} updates the bottom {population.copies} copy the top "
+          f"{population.copies}, then {how}")
+
+
+def as_numpy(hparams: Dict[str, Any]) -> Dict[str, np.ndarray]:
+  return {k: np.asarray(v) for k, v in hparams.items()}
+
+
+def plain(value: Any) -> Any:
+  """A member's value as a record holds it: an int, or the shortest decimal of the
+  float32 the program reads (1e-04, not 9.999999747378752e-05)."""
+  value = np.asarray(value)
+  if np.issubdtype(value.dtype, np.integer):
+    return int(value)
+  return float(str(np.float32(value)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """A PBT member's hyperparameter schedule, replayed as a plain run
+  (`--config.schedule_from=RUN_DIR:MEMBER`): [(env steps, {key: value})], each entry's
+  values from its env steps on."""
+  entries: Tuple[Tuple[int, Dict[str, Any]], ...]
+  source: str
+
+  def at(self, env_steps: int) -> Dict[str, Any]:
+    """The values for a call that starts at `env_steps`."""
+    return [values for start, values in self.entries if start <= env_steps][-1]
+
+  @property
+  def keys(self) -> List[str]:
+    return list(self.entries[0][1])
+
+
+def load_schedule(spec: str) -> Schedule:
+  """`RUN_DIR:MEMBER` (or `RUN_DIR`: its best member by final return) -> its schedule, from
+  the PBT run's metrics.jsonl and config.json."""
+  run_dir, _, member = str(spec).rpartition(":") if ":" in str(spec) else (spec, "", "")
+  try:
+    with open(os.path.join(run_dir, "config.json")) as f:
+      keys = list(flatten(json.load(f).get("sweep") or {}))
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+      records = [json.loads(line) for line in f if line.strip()]
+  except (OSError, ValueError) as e:
+    raise ConfigError(f"Config key `schedule_from` is {spec!r}: its run directory's "
+                      f"config.json and metrics.jsonl could not be read ({e}).") from None
+  if not keys or not any("parent" in r for r in records):
+    raise ConfigError(f"Config key `schedule_from` is {spec!r}, but {run_dir} is not a "
+                      "population-based training run (no swept keys, or no exploit step "
+                      "in its records).")
+  members = runs_records.by_run(records)
+  if member == "":
+    member = max(members, key=lambda m: _final_return(members[m]))
+  elif not member.isdigit() or int(member) not in members:
+    raise ConfigError(f"Config key `schedule_from` is {spec!r}: member {member!r} is not one "
+                      f"of the run's members 0-{max(members)}.")
+  entries = runs_records.schedule(records, keys, int(member))
+  return Schedule(tuple((int(e), dict(v)) for e, v in entries), f"{run_dir}:{member}")
+
+
+def describe_schedule(schedule: Schedule) -> str:
+  """One line for the start of a replay: whose schedule, and its values from when."""
+  changes = "; ".join(f"from {start:,}: " + ", ".join(f"{k}={v:g}" for k, v in values.items())
+                      for start, values in schedule.entries)
+  return f"replaying the hyperparameter schedule of PBT member {schedule.source}: {changes}"
+
+
+def _final_return(records: List[Dict[str, Any]]) -> float:
+  returns = [r["episode_return"] for r in records if r.get("episode_return") is not None]
+  return returns[-1] if returns else -float("inf")
+
+
+def schedule_runs(config: Any, schedule: Schedule, supports_runs: bool) -> Runs:
+  """The runs that replay `schedule`: `num_runs` seeds (one by default), each starting
+  from the schedule's first values, traced as a sweep's are."""
+  if not supports_runs:
+    raise ConfigError("Config key `schedule_from` replays a schedule of hyperparameter "
+                      "values inside one compiled program: it needs runtime.name=anakin.")
+  if flatten(config.get("sweep") or {}) or (config.get("population") or {}).get(
+      "kind", "none") != "none":
+    raise ConfigError("Config key `schedule_from` sets the swept keys' values from a PBT "
+                      "run; leave `sweep` empty and `population.kind=none`.")
+  num_runs = config.get("num_runs", 1)
+  first = schedule.at(0)
+  return Runs(tuple(config.seed + s for s in range(num_runs)),
+              {k: (v,) * num_runs for k, v in first.items()})
