@@ -328,7 +328,7 @@ class Anakin(Runtime):
     [U] numpy arrays and the episode sums [U, 3] (see `metrics.episode_sums`); with many
     runs, [R, U] and [R, U, 3]."""
     if self.population:
-      state, out = self._step(state, *self._population_inputs(state))
+      state, out = self._step(state, *self._population_inputs())
     else:
       if self.schedule:  # The values of this call: an input, so nothing compiles again.
         self._follow_schedule()
@@ -339,10 +339,9 @@ class Anakin(Runtime):
     metrics, episodes = self.per_run(out)
     return state, metrics, episodes
 
-  def _population_inputs(self, state: AnakinState):
+  def _population_inputs(self):
     """Whether this call ends with an exploit/explore step, and that step's key: the same
     on every device (one row each)."""
-    del state
     done = (self.calls_done + 1) * self.updates_per_call
     rows = len(mesh_lib.local_devices_of(self.mesh))
     due = np.full((rows,), self.population.due(done))
@@ -352,7 +351,7 @@ class Anakin(Runtime):
   def _follow_schedule(self) -> None:
     """Sets every run's values to the schedule's at the start of the next call."""
     values = self.schedule.at(self.calls_done * self.steps_per_call)
-    now = {k: np.full(self.num_runs, v, swept_values(self.runs)[k].dtype)
+    now = {k: np.full(self.num_runs, v, self._values_now[k].dtype)
            for k, v in values.items()}
     if self._placed_swept is None or any(
         not np.array_equal(now[k], v) for k, v in self._values_now.items()):
