@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Runs the test suite once per install lane, each in its own venv (scripts/setup_env.sh):
 #
-#   bash scripts/test.sh                      # both lanes, side by side
+#   bash scripts/test.sh                      # both lanes, side by side: what CI runs
+#                                             # (every test but the `extended` tier)
+#   bash scripts/test.sh --all                # ... and the extended tier: more learning
+#                                             # claims and long smoke runs (pytest.ini)
+#   bash scripts/test.sh --extended           # the extended tier alone
 #   bash scripts/test.sh --fast               # unit and contract tests only (no `learning`
 #                                             # or `slow` marker): minutes, for iterating
 #   LANES=default bash scripts/test.sh        # only the default lane
@@ -30,12 +34,26 @@ for lane in "${LANE_LIST[@]}"; do
   esac
 done
 
-# --fast: the unit and contract tests, without the `learning` and `slow` ones.
+# The tiers: by default (and in CI) every test but the `extended` ones; --all every test;
+# --extended those alone; --fast the unit and contract tests (no `learning` or `slow`).
+# A `-m` given after them replaces the tier's.
+TIER=(-m "not extended")
 ARGS=()
 for arg in "$@"; do
-  if [[ "$arg" == --fast ]]; then ARGS+=(-m "not learning and not slow"); else ARGS+=("$arg"); fi
+  case "$arg" in
+    --fast) TIER=(-m "not learning and not slow and not extended") ;;
+    --all) TIER=() ;;
+    --extended) TIER=(-m extended) ;;
+    *) ARGS+=("$arg") ;;
+  esac
 done
-set -- "${ARGS[@]+"${ARGS[@]}"}"
+# Tests named by path or node id run whatever their tier, unless a tier flag was given.
+TIER_GIVEN=0
+for arg in "$@"; do [[ "$arg" == --fast || "$arg" == --all || "$arg" == --extended ]] && TIER_GIVEN=1; done
+for arg in "${ARGS[@]+"${ARGS[@]}"}"; do
+  if [[ $TIER_GIVEN == 0 && "$arg" != -* && -e "${arg%%::*}" ]]; then TIER=(); fi
+done
+set -- "${TIER[@]+"${TIER[@]}"}" "${ARGS[@]+"${ARGS[@]}"}"
 
 # Default target is `tests`, unless the arguments already name paths or node ids.
 TARGETS=(tests)

@@ -103,3 +103,13 @@ def _release_compiled_programs():
   import jax  # pylint: disable=import-outside-toplevel
   jax.clear_caches()
   gc.collect()
+
+
+def pytest_runtest_logreport(report):
+  """With PODRACER_TEST_TIMES=FILE, each test phase's duration is appended to FILE as it
+  ends (tab-separated: seconds, phase, outcome, test): a partial or killed run still says
+  where its time went (`--durations` prints only at the end)."""
+  path = os.environ.get("PODRACER_TEST_TIMES")
+  if path:
+    with open(path, "a", encoding="utf-8") as f:
+      f.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")

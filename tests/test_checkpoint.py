@@ -57,6 +57,9 @@ CASES = {
 RECORDS_PER_CALL = {"ppo_runs": 4, "ppo_pbt": 4}
 # The reverb lane resumes PPO CartPole (orbax and typed keys of its JAX) and no more.
 REVERB_LANE = {"ppo_cartpole"}
+# Many runs resume as a population does (its case is PBT's and many runs' both): CI runs
+# `ppo_pbt`; the extended tier (scripts/test.sh --all) both.
+EXTENDED = {"ppo_runs"}
 
 
 def start(args, run_dir, devices=8):
@@ -76,7 +79,8 @@ def records(run_dir):
 
 
 @pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.reverb_lane) if c in REVERB_LANE else c
+    pytest.param(c, marks=pytest.mark.reverb_lane) if c in REVERB_LANE
+    else pytest.param(c, marks=pytest.mark.extended) if c in EXTENDED else c
     for c in CASES])
 @pytest.mark.slow
 def test_sigterm_then_relaunch_gives_the_records_of_an_uninterrupted_run(case, tmp_path):

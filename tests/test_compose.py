@@ -17,7 +17,6 @@ def _message(result):
   return " ".join(result.stderr.split())  # The launcher wraps its paragraph.
 
 
-@pytest.mark.reverb_lane
 @pytest.mark.slow
 def test_section_choice_replaces_the_section_with_the_components_defaults(tmp_path):
   result = launch("--config=agents/ppo/config.py:cartpole_anakin",

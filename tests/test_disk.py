@@ -107,7 +107,6 @@ def _steps(run):
   return sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
 
 
-@pytest.mark.reverb_lane
 @pytest.mark.slow
 def test_a_full_disk_while_checkpointing_is_named_and_the_relaunch_resumes(tmp_path):
   pytest.importorskip("orbax.checkpoint")

@@ -175,8 +175,7 @@ def get_config(name):
 """
 
 
-@pytest.mark.parametrize("runtime", [  # gradient_step's check: in both lanes, once.
-    pytest.param("anakin", marks=pytest.mark.reverb_lane), "sebulba"])
+@pytest.mark.parametrize("runtime", ["anakin", "sebulba"])
 def test_a_loss_that_returns_a_vector_exits_2_naming_the_objective_and_shape(tmp_path, runtime):
   from tests.test_launch import launch
   config = tmp_path / "vector_loss.py"

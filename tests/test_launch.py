@@ -122,7 +122,6 @@ def test_config_file_overrides_a_built_in_name_with_override_true(tmp_path):
   assert marker.exists()
 
 
-@pytest.mark.reverb_lane
 def test_config_file_clashing_with_a_built_in_names_both(tmp_path):
   config = tmp_path / "config.py"
   config.write_text(CARTPOLE_AGAIN.format(override="", marker=str(tmp_path / "m")) + SHORT_RUN)

@@ -307,8 +307,9 @@ def _trace_one_update(experiment):
   return items, out[3]
 
 
-@pytest.mark.reverb_lane
-@pytest.mark.parametrize("name", list(muzero_config.CONFIGS))
+@pytest.mark.parametrize("name", [  # The reverb lane: one (its mctx and Haiku).
+    pytest.param(n, marks=pytest.mark.reverb_lane) if n == "catch_anakin" else n
+    for n in muzero_config.CONFIGS])
 def test_every_config_builds_and_traces_one_update(name):
   from tests.test_sebulba import one_device
   config = muzero_config.CONFIGS[name]()
@@ -384,6 +385,7 @@ def test_windowed_returns_weigh_each_episode_of_the_last_window_alike():
   assert windowed_returns(records, window=1)[-1][1] == 500.0  # The record alone.
 
 
+@pytest.mark.extended  # MuZero's CI test: pixel Catch
 @learning
 def test_muzero_cartpole_anakin_reaches_450_and_holds_300_over_the_last_fifth(tmp_path):
   """Seed 0 alone, one host device as a user's command runs it, the whole 500K: reaches
@@ -403,6 +405,7 @@ def test_muzero_cartpole_anakin_reaches_450_and_holds_300_over_the_last_fifth(tm
   assert kept >= 300, f"mean return over the last 20% of the run {kept:.2f} < 300"
 
 
+@pytest.mark.extended  # MuZero's CI test: pixel Catch
 @learning
 def test_muzero_catch_anakin_over_5_seeds_reaches_0_9_and_holds_it(tmp_path):
   """Seeds 0-4 in one program, one host device, 200K env steps each (2026-11-27: best
@@ -414,6 +417,7 @@ def test_muzero_catch_anakin_over_5_seeds_reaches_0_9_and_holds_it(tmp_path):
   assert_reached_and_held(records, 5, reached=0.9, held_iqm=0.9)
 
 
+@pytest.mark.extended  # MuZero's CI test: pixel Catch
 @learning
 def test_muzero_cartpole_sebulba_reaches_400_within_500k_steps(tmp_path):
   """Actors search on the actor device; the learner keeps a device replay and takes

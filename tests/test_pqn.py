@@ -207,6 +207,7 @@ def test_pqn_cartpole_anakin_over_5_seeds_reaches_475_and_holds_450(tmp_path):
   assert_reached_and_held(records, 5, reached=475, held_iqm=450)
 
 
+@pytest.mark.extended  # PQN's CI test: Anakin, 5 seeds
 @pytest.mark.learning
 def test_pqn_cartpole_sebulba_holds_400_over_the_last_fifth(tmp_path):
   """The same agent on EnvPool's CartPole under Sebulba, seed 0. With
@@ -218,6 +219,7 @@ def test_pqn_cartpole_sebulba_holds_400_over_the_last_fifth(tmp_path):
   assert last_fifth_means(records)[0] >= 400, last_fifth_means(records)
 
 
+@pytest.mark.extended  # PQN's CI test: Anakin, 5 seeds
 @pytest.mark.learning
 def test_pqn_learns_breakout_minatar_in_500k_env_steps(tmp_path):
   """purejaxql's pqn_minatar on Breakout-MinAtar, seed 0, 500K env steps (its learning

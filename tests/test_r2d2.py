@@ -69,7 +69,6 @@ def test_epsilon_anneals_from_random_to_the_apex_value_when_asked():
   assert np.all(np.abs(counts / 4000 - 1 / 3) < 0.05), counts  # same obs, uniform actions
 
 
-@pytest.mark.reverb_lane
 @pytest.mark.slow
 def test_burn_in_steps_get_no_gradient():
   config = _catch(1)
@@ -170,6 +169,7 @@ def test_runtimes_refuse_replays_they_cannot_drive():
     builder.build(config)
 
 
+@pytest.mark.extended  # R2D2's CI test: Sebulba, device replay
 @pytest.mark.learning
 def test_r2d2_catch_anakin_over_5_seeds_holds_0_9_over_the_last_fifth(tmp_path):
   """Seeds 0-4 in one program, one host device, the whole 300K each: reaching is not
@@ -219,7 +219,8 @@ def _catch(num_devices):
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("replay", ["host", "device"])
+@pytest.mark.parametrize("replay", [  # CI: the device replay; both in the extended tier.
+    pytest.param("host", marks=pytest.mark.extended), "device"])
 def test_r2d2_sebulba_cartpole_holds_400_over_the_last_fifth(replay, tmp_path):
   """The same agent under Sebulba, replaying in host memory or on the learner device:
   EnvPool CartPole-v1, seed 0, one host device as a user's command runs it, the whole
@@ -399,6 +400,7 @@ def test_r2d2_atari_host_replay_holds_at_most_1_25_frames_per_env_step_at_full_s
   assert agent.replay.max_size * 85 * 4 * frame > 7.5 * needed
 
 
+@pytest.mark.extended  # CI: the config's trace test
 @pytest.mark.slow
 def test_r2d2_atari_host_replay_at_papers_capacity_runs_20k_env_steps_of_36x36_frames():
   """The paper's replay capacity (100k sequences, 4M observations) on this CPU machine:

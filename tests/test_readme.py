@@ -48,7 +48,6 @@ def test_readme_is_a_front_door():
     assert (ROOT / link).exists(), link
 
 
-@pytest.mark.reverb_lane
 def test_every_config_a_doc_names_in_a_command_builds():
   """Each `--config=FILE:NAME` of README.md, ARCHITECTURE.md and docs/ names a config
   that builds (its overrides aside), so the docs cannot drift from the code."""

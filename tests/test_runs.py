@@ -195,6 +195,7 @@ def test_stop_at_return_waits_for_every_run():
   assert logger.summary()["stopped_at_return"] == 100.0
 
 
+@pytest.mark.extended  # CI: test_learning's 5 seeds
 @pytest.mark.learning
 def test_sixteen_runs_of_ppo_cartpole_each_reach_475_within_500k_env_steps(tmp_path):
   """16 seeds in one program, one host device: the program stops once every run has
@@ -210,6 +211,7 @@ def test_sixteen_runs_of_ppo_cartpole_each_reach_475_within_500k_env_steps(tmp_p
   assert records[-1]["env_steps"] <= 500_000
 
 
+@pytest.mark.extended  # CI: PPO's and DQN's runs tests
 @pytest.mark.parametrize("agent, name", [("impala", "cartpole_anakin"), ("r2d2", "catch_anakin"),
                                          ("sac", "pendulum_anakin"), ("dqn", "cartpole_anakin")])
 @pytest.mark.slow

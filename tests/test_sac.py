@@ -145,6 +145,7 @@ def test_sac_pendulum_anakin_over_5_seeds_reaches_and_holds_minus_250(tmp_path):
   assert_reached_and_held(records, 5, reached=-250, held_iqm=-250)
 
 
+@pytest.mark.extended  # SAC's CI test: Anakin, 5 seeds
 @pytest.mark.learning
 def test_sac_pendulum_sebulba_reaches_minus_250_within_150k_steps(tmp_path):
   """The same agent on EnvPool's Pendulum-v1, replay on the learner device, seed 0, one
@@ -160,6 +161,7 @@ def test_sac_pendulum_sebulba_reaches_minus_250_within_150k_steps(tmp_path):
   _reached(records, 150_000 + 2 * runtime.num_envs_per_actor * runtime.rollout_length)
 
 
+@pytest.mark.extended  # SAC's CI test: Anakin, 5 seeds
 @pytest.mark.learning
 def test_sac_brax_inverted_pendulum_holds_950_over_the_last_fifth_of_150k_steps(tmp_path):
   """SAC with Brax's physics compiled into the Anakin program (`brax_anakin`: Brax's

@@ -300,6 +300,7 @@ def test_pong_config_builds_the_impala_papers_network_on_84x84_frames(agent):
   assert shapes["torso/linear"] == (11 * 11 * 32, 256)
 
 
+@pytest.mark.extended  # CI: Sebulba's CartPole tests
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", PONG_CONFIGS)
 def test_pong_runs_20k_steps_with_true_episode_stats_and_clean_shutdown(agent):
@@ -372,9 +373,9 @@ def launch(*args, **popen_kwargs):
                           **popen_kwargs)
 
 
-@pytest.mark.reverb_lane
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["actor", "learner"])
+@pytest.mark.parametrize("where", [  # The reverb lane: the actor (TF's threads at the exit).
+    pytest.param("actor", marks=pytest.mark.reverb_lane), "learner"])
 def test_injected_thread_failure_ends_the_run_within_10s_with_its_traceback(where, tmp_path):
   process = launch("--config=agents/ppo/config.py:cartpole_sebulba",
                    f"--config.runtime.inject_failure={where}", f"--workdir={tmp_path}")

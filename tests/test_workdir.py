@@ -119,7 +119,6 @@ def test_a_held_workdir_refuses_a_second_holder_and_is_free_again_after(tmp_path
     pass
 
 
-@pytest.mark.reverb_lane
 def test_a_second_launch_into_a_running_workdir_exits_2_naming_the_first(tmp_path):
   """Two launches, one workdir: the second is refused while the first runs, and the
   first run's metrics stay its own; a SIGKILLed run leaves the workdir free."""

@@ -169,6 +169,7 @@ def test_dqn_minatar_config_learns_from_its_replay_on_a_minatar_game():
   assert not np.allclose(before["torso/linear"]["w"], after["torso/linear"]["w"])
 
 
+@pytest.mark.extended  # PPO's CI tests: tests/test_learning.py
 @needs_gymnax
 @pytest.mark.learning
 def test_ppo_learns_breakout_minatar_in_500k_env_steps(tmp_path):
