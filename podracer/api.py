@@ -66,7 +66,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.logs": ("Logger", "JsonlLogger", "TensorBoardLogger", "CsvLogger",
                       "read_csv", "default_loggers"),
     "podracer.logs.wandb": ("WandbLogger", "offline_runs", "read_offline_run"),
-    "podracer.report": ("report", "read_runs", "group_runs", "final_score",
+    "podracer.report": ("report", "read_runs", "group_runs", "final_score", "best_member",
                         "interval_estimates", "main"),
     "podracer.deprecation": ("warn_once", "renamed_attribute", "renamed_module_names"),
     "podracer.testing": ("fake_spec", "fake_observations", "FakeEnvironment",

@@ -20,6 +20,11 @@ DIR (default `report/`):
                   resampled onto a common env-step grid;
   profiles.png    performance profiles, where there are several tasks.
 
+A population-based training run (`population.kind=pbt`) counts as its members, and the
+report names its best member (by the final score) with the hyperparameter schedule that
+member's lineage trained with: [env steps, {swept key: value}] where the values change,
+the schedule `--config.schedule_from=RUN_DIR:MEMBER` replays.
+
 Groups of different env-step ranges are compared on their common range (said in the
 report). A run whose records stop early counts as what it reached (said, never dropped).
 Scores are raw unless `--normalize` gives each task's (low, high): `LOW:HIGH` for every
@@ -44,6 +49,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from podracer.errors import ConfigError
+from podracer.logs import runs as runs_log
 from podracer.logs.metrics import METRICS_FILE
 
 # Config keys that say how long or how often, not what was run: runs that differ only in
@@ -346,7 +352,10 @@ def report(directories: Sequence[str], out: str, metric: str = "episode_return",
   grid, curve, band = curves(groups, tasks, end, norm)
   os.makedirs(out, exist_ok=True)
   plots = _plots(out, matrices, points, intervals, grid, curve, band, bool(norm), metric)
-  result = dict(groups={g: dict(runs=matrices[g].shape[0], tasks=tasks,
+  populations = [best_member(d, fraction, metric) for d in directories
+                 if any("parent" in r for r in _records(d))]
+  result = dict(populations=populations,
+                groups={g: dict(runs=matrices[g].shape[0], tasks=tasks,
                                 matrix=matrices[g].tolist(),
                                 estimates=dict(zip(AGGREGATES, points[g].tolist())),
                                 intervals=intervals[g].T.tolist())
@@ -355,6 +364,25 @@ def report(directories: Sequence[str], out: str, metric: str = "episode_return",
   with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
     f.write(_markdown(result, directories, metric, fraction, norm, scores))
   return result
+
+
+def best_member(directory: str, fraction: float, metric: str = "episode_return"
+                ) -> Dict[str, Any]:
+  """A PBT run's best member by its final score (the mean of `metric` over the last
+  `fraction` of its env steps) and the hyperparameter schedule its lineage trained with
+  (podracer.logs.runs.schedule)."""
+  records = _records(directory)
+  keys = sorted(k[len("sweep."):] for k in _flat(_config(directory)) if k.startswith("sweep."))
+  members: Dict[int, List[Tuple[int, float]]] = collections.defaultdict(list)
+  for r in records:
+    if r.get(metric) is not None:
+      members[r.get("run", 0)].append((int(r["env_steps"]), float(r[metric])))
+  end = max(points[-1][0] for points in members.values())
+  scores = {m: final_score(Run(directory, {}, p), end, fraction).final
+            for m, p in members.items()}
+  best = max(scores, key=lambda m: (scores[m], -m))
+  return dict(directory=directory, member=best, final=scores[best],
+              schedule=runs_log.schedule(records, keys, best))
 
 
 def _notes(groups: Dict[str, List[Run]], scores: Dict[str, List[Score]], end: int,
@@ -395,6 +423,13 @@ def _markdown(result, directories, metric, fraction, norm, scores) -> str:
   for group, figures in result["groups"].items():
     finals = ", ".join(f"{s.final:.3g}" for s in scores[group])
     lines.append(f"- {group} ({', '.join(figures['tasks'])}): {finals}")
+  for p in result["populations"]:
+    lines += ["", f"Population-based training, {p['directory']}: best member "
+              f"{p['member']} (final {p['final']:.4g}); its schedule "
+              f"(--config.schedule_from={p['directory']}:{p['member']}):", ""]
+    lines += [f"- from {steps:,} env steps: " + ", ".join(f"{k}={v:.4g}" for k, v in
+                                                         values.items())
+              for steps, values in p["schedule"]]
   if result["notes"]:
     lines += [""] + [f"- {n}" for n in result["notes"]]
   lines += [""] + [f"![{p}]({p})" for p in result["plots"]]
@@ -481,6 +516,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   for group, figures in result["groups"].items():
     iqm, (lo, hi) = figures["estimates"]["IQM"], figures["intervals"][0]
     print(f"{group}: {figures['runs']} runs, IQM {iqm:.4g} [{lo:.4g}, {hi:.4g}]")
+  for p in result["populations"]:
+    steps, values = p["schedule"][-1] if p["schedule"] else (0, {})
+    print(f"{p['directory']}: best member {p['member']} (final {p['final']:.4g}), its "
+          f"schedule in {len(p['schedule'])} steps, from {steps:,} env steps: " +
+          ", ".join(f"{k}={v:.4g}" for k, v in values.items()))
   for note in result["notes"]:
     print(note)
   print(f"wrote {args.out}/report.md, " + ", ".join(result["plots"]))

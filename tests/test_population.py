@@ -1,5 +1,6 @@
 """Population-based training inside one compiled Anakin program (podracer/runtimes/population.py)."""
 
+import contextlib
 import io
 import json
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 from agents.ppo import config as ppo_config
-from podracer import builder
+from podracer import builder, report
 from podracer.errors import ConfigError
 from podracer.logs.metrics import MetricsLogger
 from podracer.runtimes import population as population_lib
@@ -43,12 +44,17 @@ def test_fitness_is_the_mean_return_of_the_episodes_that_ended_since_the_last_st
   # Two updates: episodes of return 10 and 30 end in the first, one of 200 in the second.
   stats = [EpisodeStats(episode_return=jnp.array(r, jnp.float32),
                         episode_length=jnp.array(l, jnp.int32), done=jnp.array(d))
-           for r, l, d in (([10.0, 30.0, 7.0], [10, 30, 7], [True, True, False]),
-                           ([200.0, 8.0, 9.0], [200, 8, 9], [True, False, False]))]
+           for r, l, d in (([10.0, 30.0, 7.0], [5, 15, 7], [True, True, False]),
+                           ([200.0, 8.0, 9.0], [100, 8, 9], [True, False, False]))]
   episodes = jnp.stack([episode_sums(s, jnp) for s in stats])
   state = population_lib.accumulate(population_lib.init_state({"lr": 1e-3}), episodes)
-  assert float(state.episodes) == 3.0 and float(state.return_sum) == 240.0
-  assert float(population_lib.fitness(state.return_sum, state.episodes)) == 80.0
+  assert float(state.episodes) == 3.0 and float(state.score_sum) == 240.0
+  assert float(population_lib.fitness(state.score_sum, state.episodes)) == 80.0
+  # population.fitness: the episodes' length (40 on average), or the length negated.
+  for measure, mean in (("episode_length", 40.0), ("neg_episode_length", -40.0)):
+    state = population_lib.accumulate(population_lib.init_state({"lr": 1e-3}), episodes,
+                                      measure)
+    assert float(population_lib.fitness(state.score_sum, state.episodes)) == mean
 
 
 def test_explore_moves_only_the_copied_values_within_bounds_or_to_the_sweeps_values():
@@ -74,7 +80,7 @@ def test_a_copy_takes_the_parents_parameters_and_values_and_starts_a_new_window(
   members = {"w": jnp.arange(4.0)[:, None] * jnp.ones((4, 3))}
   state = population_lib.PopulationState(
       hparams={"lr": jnp.array([1e-3, 2e-3, 3e-3, 4e-3])},
-      return_sum=jnp.array([1.0, 9.0, 4.0, 2.0]), episodes=jnp.ones(4),
+      score_sum=jnp.array([1.0, 9.0, 4.0, 2.0]), episodes=jnp.ones(4),
       parent=jnp.full(4, -1, jnp.int32))
   new_members, new = population_lib.exploit_explore(pop, members, state,
                                                     jax.random.PRNGKey(0), None)
@@ -83,7 +89,7 @@ def test_a_copy_takes_the_parents_parameters_and_values_and_starts_a_new_window(
   np.testing.assert_array_equal(new_members["w"][1:], members["w"][1:])
   assert float(new.hparams["lr"][0]) in (pytest.approx(2e-3 * 0.8), pytest.approx(2.5e-3))
   np.testing.assert_array_equal(new.hparams["lr"][1:], state.hparams["lr"][1:])
-  np.testing.assert_array_equal(new.return_sum, 0.0)
+  np.testing.assert_array_equal(new.score_sum, 0.0)
   np.testing.assert_array_equal(new.episodes, 0.0)
 
 
@@ -161,6 +167,7 @@ def test_members_spread_over_devices_step_as_members_on_one_device(devices):
     (dict(kind="pbt", interval=3), "population.interval"),
     (dict(kind="pbt", truncation=0.75), "population.truncation"),
     (dict(kind="pbt", explore="mutate"), "population.explore"),
+    (dict(kind="pbt", fitness="eval_return"), "population.fitness"),
     (dict(kind="pbt", perturb_factors=(0.8, -1.0)), "population.perturb_factors"),
 ])
 def test_bad_population_keys_are_refused_naming_the_key(override, key):
@@ -210,9 +217,9 @@ def test_a_pbt_run_names_its_best_member_and_its_schedule_and_plots_the_values(t
   out = io.StringIO()
   summary = builder.build(config).run(workdir=str(tmp_path), stream=out)
   said = out.getvalue()
-  assert "population-based training: 4 members, every 4 updates the bottom 1 copy the " \
-         "top 1, then perturb x{0.8, 1.25} within optimizer.learning_rate [0.0003, 0.001]" \
-         in said, said
+  assert ("population-based training: 4 members, every 4 updates the bottom 1 copy the "
+          "top 1 by episode_return, then perturb x{0.8, 1.25} within "
+          "optimizer.learning_rate [0.0003, 0.001]") in said, said
   best = summary["best_run"]
   records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   finals = {r["run"]: r["episode_return"] for r in records if r.get("episode_return")}
@@ -224,6 +231,15 @@ def test_a_pbt_run_names_its_best_member_and_its_schedule_and_plots_the_values(t
   # The schedule ends with the values the best member ended with.
   assert schedule[-1][1]["optimizer.learning_rate"] == best["optimizer.learning_rate"]
   assert (tmp_path / "learning_curve.png").stat().st_size > 10_000
+  # podracer.report names the same member (its last record is the last 10 % here) and
+  # the same schedule.
+  said = io.StringIO()
+  with contextlib.redirect_stdout(said):
+    assert report.main([str(tmp_path), f"--out={tmp_path / 'report'}"]) == 0
+  assert f"best member {best['run']} " in said.getvalue(), said.getvalue()
+  text = (tmp_path / "report" / "report.md").read_text()
+  assert f"schedule_from={tmp_path}:{best['run']}" in text
+  assert text.count("- from ") == len(schedule), text
 
 
 def _pbt_records(lrs_by_call, parents_by_call):

@@ -46,9 +46,11 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   c.num_runs = 1
   c.sweep = config_dict.ConfigDict()
   # Population-based training over those runs (Anakin; podracer/runtimes/population.py):
-  # every `interval` updates the bottom `truncation` copy the top and `explore` the values.
+  # every `interval` updates the bottom `truncation` by `fitness` copy the top and
+  # `explore` the values.
   c.population = config_dict.ConfigDict(dict(
       kind="none", interval=config_dict.placeholder(int), truncation=0.25,
+      fitness="episode_return",
       explore="perturb", perturb_factors=(0.8, 1.25), bounds=config_dict.ConfigDict()))
   # A PBT member's schedule of those values replayed as plain runs: RUN_DIR[:MEMBER].
   c.schedule_from = config_dict.placeholder(str)

@@ -86,7 +86,8 @@ RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics")  # Budget; displ
 # Keys a later version added to every config, at the value that behaves as before: a
 # workdir whose config.json lacks one resumes (0.11.0: population-based training).
 ADDED_KEYS = {"population.kind": "none", "population.interval": None,
-              "population.truncation": 0.25, "population.explore": "perturb",
+              "population.truncation": 0.25, "population.fitness": "episode_return",
+              "population.explore": "perturb",
               "population.perturb_factors": [0.8, 1.25], "schedule_from": None}
 
 

@@ -237,7 +237,9 @@ class Anakin(Runtime):
     fitness added up, then, when `due`, one exploit/explore step over the population."""
     state, (metrics, episodes) = jax.vmap(self._run_updates_of_run)(
         state, state.population.hparams)
-    pop = jax.vmap(population_lib.accumulate)(state.population, episodes)
+    pop = jax.vmap(functools.partial(population_lib.accumulate,
+                                     measure=self.population.fitness))(
+                                         state.population, episodes)
     axis = mesh_lib.RUNS if self.mesh_runs > 1 else None
     members = (state.agent.nets, state.agent.opt)
     # A member whose parameters went non-finite is replaced from the top at once.

@@ -37,15 +37,21 @@ from podracer.logs import runs as runs_records
 
 KINDS = ("none", "pbt")
 EXPLORE = ("perturb", "resample")
+# population.fitness: what ranks members, as the mean over the episodes that ended since
+# the last step of (column of `metrics.episode_sums`, sign): the return (the default),
+# the length (survival tasks), or the length negated (reach a goal soon).
+FITNESS = {"episode_return": ("return", 1.0), "episode_length": ("length", 1.0),
+           "neg_episode_length": ("length", -1.0)}
 
 
 class PopulationState(NamedTuple):
   """One member's part of the state: its hyperparameter values, its fitness so far (the
-  returns and count of the episodes that ended since the last exploit step), the
+  sum of `population.fitness`'s measure over the episodes that ended since the last
+  exploit step, and their count), the
   member it copied at the last step (itself if it did not) and whether the last call
   replaced it for non-finite parameters (1.0) or not (0.0)."""
   hparams: Dict[str, jax.Array]
-  return_sum: jax.Array
+  score_sum: jax.Array
   episodes: jax.Array
   parent: jax.Array
   replaced: Any = 0.0
@@ -63,6 +69,7 @@ class Population:
   integer: Dict[str, bool]                # per swept key: an integer key
   size: int                               # members
   seed: int
+  fitness: str = "episode_return"         # a key of FITNESS
 
   @property
   def copies(self) -> int:
@@ -110,12 +117,17 @@ def from_config(config: Any, runs: Optional[Runs], updates_per_call: Optional[in
     raise ConfigError(f"Config key `population.explore` is {explore!r}; it takes one of "
                       f"{', '.join(EXPLORE)}.")
   factors = _factors(section.get("perturb_factors", (0.8, 1.25)))
+  measure = section.get("fitness", "episode_return")
+  if measure not in FITNESS:
+    raise ConfigError(f"Config key `population.fitness` is {measure!r}; it takes one of "
+                      f"{', '.join(FITNESS)} (the mean over the episodes since the last "
+                      "step that ranks the members).")
   return Population(
       interval=interval, truncation=float(truncation), explore=explore,
       perturb_factors=factors, bounds=_bounds(section.get("bounds") or {}, runs),
       choices={k: tuple(sorted(set(v))) for k, v in runs.swept.items()},
       integer={k: isinstance(v[0], int) for k, v in runs.swept.items()},
-      size=runs.num_runs, seed=int(config.seed))
+      size=runs.num_runs, seed=int(config.seed), fitness=measure)
 
 
 def check_fits(population: Optional[Population], total_updates: int) -> None:
@@ -174,16 +186,19 @@ def _bounds(given: Any, runs: Runs) -> Dict[str, Tuple[float, float]]:
 
 def init_state(hparams: Dict[str, Any]) -> PopulationState:
   """A member's state at the start: the values it was given, no episodes yet."""
-  return PopulationState(hparams=dict(hparams), return_sum=jnp.float32(0.0),
+  return PopulationState(hparams=dict(hparams), score_sum=jnp.float32(0.0),
                          episodes=jnp.float32(0.0), parent=jnp.int32(-1),
                          replaced=jnp.float32(0.0))
 
 
-def accumulate(state: PopulationState, episodes: jax.Array) -> PopulationState:
+def accumulate(state: PopulationState, episodes: jax.Array,
+               measure: str = "episode_return") -> PopulationState:
   """Adds a call's episode sums ([U, 3]: count, return sum, length sum per update;
-  `metrics.episode_sums`)."""
-  count, return_sum, _ = episode_columns(episodes)
-  return state._replace(return_sum=state.return_sum + jnp.sum(return_sum),
+  `metrics.episode_sums`): their count, and the sum of `measure` (a key of FITNESS)."""
+  count, return_sum, length_sum = episode_columns(episodes)
+  column, sign = FITNESS[measure]
+  score = sign * (return_sum if column == "return" else length_sum)
+  return state._replace(score_sum=state.score_sum + jnp.sum(score),
                         episodes=state.episodes + jnp.sum(count))
 
 
@@ -192,10 +207,10 @@ def episode_columns(episodes: jax.Array):
   return episodes[:, 0], episodes[:, 1], episodes[:, 2]
 
 
-def fitness(return_sum: jax.Array, episodes: jax.Array) -> jax.Array:
-  """Mean episode return since the last step; -inf for a member none of whose episodes
-  ended (it ranks last)."""
-  return jnp.where(episodes > 0, return_sum / jnp.maximum(episodes, 1.0), -jnp.inf)
+def fitness(score_sum: jax.Array, episodes: jax.Array) -> jax.Array:
+  """The mean of the fitness measure over the episodes since the last step; -inf for a
+  member none of whose episodes ended (it ranks last)."""
+  return jnp.where(episodes > 0, score_sum / jnp.maximum(episodes, 1.0), -jnp.inf)
 
 
 def parents(population: Population, fit: jax.Array, key: jax.Array,
@@ -250,12 +265,12 @@ def exploit_explore(population: Population, members: Any, pop: PopulationState,
   step is not `due` (then only they copy, and the fitness windows go on)."""
   gather = ((lambda x: jax.lax.all_gather(x, axis_name, tiled=True)) if axis_name
             else (lambda x: x))
-  local = pop.return_sum.shape[0]
+  local = pop.score_sum.shape[0]
   first = (jax.lax.axis_index(axis_name) * local) if axis_name else 0
   mine = first + jnp.arange(local)
   if broken is None:
     broken = jnp.zeros(local, bool)
-  every = jax.tree.map(gather, (pop.return_sum, pop.episodes, pop.hparams, broken))
+  every = jax.tree.map(gather, (pop.score_sum, pop.episodes, pop.hparams, broken))
   source = parents(population, fitness(every[0], every[1]), jax.random.fold_in(key, 0),
                    every[3], due)
   copied = source != jnp.arange(source.shape[0])
@@ -263,12 +278,12 @@ def exploit_explore(population: Population, members: Any, pop: PopulationState,
                     jax.random.fold_in(key, 1))
   taken = source[mine]
   members = jax.tree.map(lambda x: gather(x)[taken], members)
-  zero = jnp.zeros_like(pop.return_sum)
+  zero = jnp.zeros_like(pop.score_sum)
   keep = lambda new, old: jnp.where(due, new, old)
   # Replaced: broken, and given a finite member's parameters (not so if all are broken).
   replaced = every[3][mine] & ~every[3][taken]
   new_pop = PopulationState(hparams={k: v[mine] for k, v in hparams.items()},
-                            return_sum=keep(zero, pop.return_sum),
+                            score_sum=keep(zero, pop.score_sum),
                             episodes=keep(zero, pop.episodes),
                             parent=jnp.where(due | replaced, taken, pop.parent).astype(jnp.int32),
                             replaced=replaced.astype(jnp.float32))
@@ -282,7 +297,7 @@ def describe(population: Population, keys: Sequence[str]) -> str:
                      for k in keys)) if population.explore == "perturb" else "resample"
   return (f"population-based training: {population.size} members, every "
           f"{population.interval} updates the bottom {population.copies} copy the top "
-          f"{population.copies}, then {how}")
+          f"{population.copies} by {population.fitness}, then {how}")
 
 
 def as_numpy(hparams: Dict[str, Any]) -> Dict[str, np.ndarray]:
