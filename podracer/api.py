@@ -68,6 +68,8 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.logs.wandb": ("WandbLogger", "offline_runs", "read_offline_run"),
     "podracer.report": ("report", "read_runs", "group_runs", "final_score", "best_member",
                         "interval_estimates", "main"),
+    "podracer.meta": ("MetaConfig", "inner_config", "member_program", "generation_program",
+                      "Strategy", "train", "main"),
     "podracer.deprecation": ("warn_once", "renamed_attribute", "renamed_module_names"),
     "podracer.testing": ("fake_spec", "fake_observations", "FakeEnvironment",
                          "FakeHostEnvironment", "rollout", "fake_trajectory",

@@ -323,6 +323,16 @@ class Anakin(Runtime):
     metrics = replica_mean(metrics)
     return state, (metrics, episodes)
 
+  def replica_program(self, agent: Agent):
+    """(init(nets_key, key) -> state, call(state) -> (state, (metrics, episodes))): one
+    replica of one run of `agent` (another build of this run's agent, e.g. with traced
+    values of its own), on a replica axis of one, for a driver that composes its own
+    program of whole trainings (`podracer.meta`: vmapped members, scanned calls)."""
+    init = jax.vmap(lambda nets_key, key: self._init_replica(nets_key, key, agent),
+                    axis_name=REPLICA_AXIS, in_axes=None, axis_size=1)
+    call = jax.vmap(lambda state: self._run_updates(state, agent), axis_name=REPLICA_AXIS)
+    return init, call
+
   # -- host loop -------------------------------------------------------------------
 
   def step(self, state: AnakinState):

@@ -5,6 +5,8 @@ from podracer.components.losses.actor_critic import (PolicyGradientBatch, PPOLos
                                                      categorical_log_prob,
                                                      generalized_advantages, normalize,
                                                      policy_gradient_batch, transition_mask)
+from podracer.components.losses.learned_policy import (LearnedPolicyLoss, learned_drift,
+                                                       load_drift, zero_drift)
 from podracer.components.losses.q_learning import (QLambdaLoss, QLearningLoss,
                                                    n_step_double_q_targets,
                                                    n_step_double_q_td, n_step_returns,
@@ -15,6 +17,7 @@ from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_ba
 
 __all__ = ["PolicyGradientBatch", "PPOLoss", "categorical_entropy", "categorical_log_prob",
            "generalized_advantages", "normalize", "policy_gradient_batch", "transition_mask",
+           "LearnedPolicyLoss", "learned_drift", "load_drift", "zero_drift",
            "QLearningLoss", "n_step_double_q_targets", "n_step_double_q_td",
            "QLambdaLoss", "q_lambda_targets",
            "n_step_returns", "value_rescaling",

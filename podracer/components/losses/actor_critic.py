@@ -124,9 +124,7 @@ class PPOLoss:
       advantage = normalize(advantage, mask)
     log_prob = categorical_log_prob(logits, batch.action)
     ratio = jnp.exp(log_prob - batch.behaviour_log_prob)
-    clipped_ratio = jnp.clip(ratio, 1.0 - self.clip_epsilon, 1.0 + self.clip_epsilon)
-    policy_loss = -_masked_mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage),
-                                mask)
+    policy_loss = -_masked_mean(self.surrogate(ratio, advantage), mask)
 
     value_error = jnp.square(value - batch.value_target)
     if self.clip_value:
@@ -142,3 +140,9 @@ class PPOLoss:
         (jnp.abs(ratio - 1.0) > self.clip_epsilon).astype(jnp.float32), mask)
     return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
                       approx_kl=approx_kl, clip_fraction=clip_fraction)
+
+  def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
+    """The per-step objective the policy ascends: min(rho A, clip(rho) A), which is
+    rho A - relu((rho - clip(rho)) A), PPO's drift (Lu et al. 2022's mirror-learning form)."""
+    clipped_ratio = jnp.clip(ratio, 1.0 - self.clip_epsilon, 1.0 + self.clip_epsilon)
+    return jnp.minimum(ratio * advantage, clipped_ratio * advantage)

@@ -13,6 +13,11 @@ import traceback
 from typing import Any, Callable, List
 
 POLL = 0.1  # Seconds between checks of the stop flag in every blocking wait.
+# After a failure, how long the others are waited for: a thread inside a compile (the
+# learner's first update: seconds on a slow CPU) cannot notice the stop flag, and the
+# run's cause is said now, not after it (the threads are daemons: the failed run's exit
+# ends them).
+FAILED_JOIN_S = 2.0
 
 
 class ThreadGroup:
@@ -48,6 +53,8 @@ class ThreadGroup:
     """Stops and joins every thread; raises ThreadFailure with the failures' tracebacks."""
     from podracer.errors import ThreadFailure  # pylint: disable=import-outside-toplevel
     self.stop.set()
+    if self.failures:
+      timeout = min(timeout, FAILED_JOIN_S)
     deadline = time.monotonic() + timeout
     for t in self.threads:
       t.join(timeout=max(0.0, deadline - time.monotonic()))

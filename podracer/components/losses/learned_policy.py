@@ -1,0 +1,110 @@
+"""A learned policy objective: PPO's surrogate with a drift a small network adds.
+
+Lu et al. 2022 ("Discovered Policy Optimisation", NeurIPS) write PPO's clipped objective
+as  rho A - f(rho, A)  with PPO's drift  f_PPO = relu((rho - clip(rho, 1-eps, 1+eps)) A),
+and meta-learn f. This loss's policy term is
+
+    rho A - f_PPO(rho, A) - f_theta(rho, A),
+    f_theta(rho, A) = relu(g_theta(phi(rho, A)) - g_theta(phi(1, A)))^2,
+
+g_theta a one-hidden-layer tanh network of the features phi = (rho - 1, (rho - 1)^2,
+(rho - 1) A, log rho, A log rho, A). f_theta is a drift: never negative, zero at rho = 1
+and flat there (its gradient in rho vanishes at 1), so the objective's gradient at the
+policy that acted is the policy gradient whatever theta is. theta = 0 is PPO exactly.
+Its value and entropy terms are PPO's.
+
+theta comes from `path` (an .npz with arrays w0 [6, H], b0 [H], w1 [H, 1], b1 [1]; what
+`python -m podracer.meta` writes as learned_objective.npz), or is zero (PPO) without it.
+The meta-learner gives each member its own theta (`with_drift`, traced arrays) to train
+many objectives in one program.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Annotated, Any, Dict, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer import registry
+from podracer.components.losses.actor_critic import PPOLoss
+from podracer.errors import ConfigError
+from podracer.registry.ranges import NonNegative, Positive
+
+NUM_FEATURES = 6
+DRIFT_KEYS = ("w0", "b0", "w1", "b1")
+
+
+def drift_features(ratio: jax.Array, advantage: jax.Array) -> jax.Array:
+  """phi(rho, A) [..., 6] (rho and A broadcast together)."""
+  ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
+  d, log_ratio = ratio - 1.0, jnp.log(ratio)
+  return jnp.stack([d, d * d, d * advantage, log_ratio, log_ratio * advantage, advantage],
+                   axis=-1)
+
+
+def zero_drift(hidden: int = 16) -> Dict[str, jax.Array]:
+  """theta = 0: the learned drift adds nothing (PPO)."""
+  return dict(w0=jnp.zeros((NUM_FEATURES, hidden)), b0=jnp.zeros((hidden,)),
+              w1=jnp.zeros((hidden, 1)), b1=jnp.zeros((1,)))
+
+
+def learned_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
+                  advantage: jax.Array) -> jax.Array:
+  """f_theta(rho, A) >= 0, zero and flat at rho = 1."""
+  def g(features):
+    hidden = jnp.tanh(features @ theta["w0"] + theta["b0"])
+    return (hidden @ theta["w1"])[..., 0] + theta["b1"][0]
+  at_one = g(drift_features(jnp.ones_like(ratio), advantage))
+  return jnp.square(jax.nn.relu(g(drift_features(ratio, advantage)) - at_one))
+
+
+def load_drift(path: str) -> Dict[str, jax.Array]:
+  """theta from an .npz (w0, b0, w1, b1); a ConfigError naming `loss.path` otherwise."""
+  if not os.path.isfile(path):
+    raise ConfigError(f"Config key `loss.path` is {path!r}, which is not a file: give the "
+                      "learned_objective.npz a `python -m podracer.meta` run wrote.")
+  try:
+    with np.load(path) as arrays:
+      theta = {k: jnp.asarray(arrays[k], jnp.float32) for k in DRIFT_KEYS}
+  except (KeyError, ValueError, OSError) as e:
+    raise ConfigError(f"Config key `loss.path`: {path} is not a learned objective "
+                      f"(an .npz of {', '.join(DRIFT_KEYS)}): {e}.") from None
+  check_drift(theta, f"loss.path ({path})")
+  return theta
+
+
+def check_drift(theta: Dict[str, Any], where: str) -> None:
+  hidden = np.shape(theta["w0"])[-1]
+  want = dict(w0=(NUM_FEATURES, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,))
+  shapes = {k: tuple(np.shape(theta[k])) for k in DRIFT_KEYS}
+  if shapes != want:
+    raise ConfigError(f"Config key `{where}`: the drift network's arrays have shapes "
+                      f"{shapes}; a drift of {hidden} hidden units has {want}.")
+
+
+@registry.losses.register("learned_policy")
+class LearnedPolicyLoss(PPOLoss):
+  """PPO's loss with a learned drift in its policy term (module docstring). Called as
+  `loss(logits, value, batch)`, as PPO's is: any agent that takes PPO's loss takes it."""
+
+  def __init__(self, path: Optional[str] = None, hidden: Annotated[int, Positive] = 16,
+               clip_epsilon: Annotated[float, Positive] = 0.2,
+               value_coef: Annotated[float, NonNegative] = 0.5,
+               entropy_coef: Annotated[float, NonNegative] = 0.01, clip_value: bool = True,
+               normalize_advantages: bool = True):
+    super().__init__(clip_epsilon, value_coef, entropy_coef, clip_value,
+                     normalize_advantages)
+    self.drift = load_drift(path) if path else zero_drift(hidden)
+
+  def with_drift(self, theta: Dict[str, jax.Array]) -> "LearnedPolicyLoss":
+    """The same loss with another theta (traced arrays too: the meta-learner's members)."""
+    other = copy.copy(self)
+    other.drift = theta
+    return other
+
+  def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
+    return super().surrogate(ratio, advantage) - learned_drift(self.drift, ratio, advantage)

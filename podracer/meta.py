@@ -1,0 +1,322 @@
+"""Meta-learns a policy objective in one Anakin program (the Podracer paper's case study):
+
+  python -m podracer.meta --config=agents/ppo/config.py:cartpole_anakin --workdir=DIR \
+      [--config.meta.generations=30 --config.meta.population=16 ...] [--config.KEY=VALUE]
+
+The objective is the `learned_policy` loss (podracer/components/losses/learned_policy.py):
+PPO's surrogate minus a drift network's f_theta. An evolution strategy (evosax's OpenES,
+antithetic) searches theta: each generation's `meta.population` members are full, short
+PPO trainings (`meta.inner_env_steps` env steps each, the config's agent, environment
+and settings), all of them in one compiled program (their environments, rollouts and
+updates vmapped), and a member's fitness is its mean episode return over the last
+`meta.fitness_fraction` of its training. The strategy's update runs on the host between
+generations (one small jitted call: the generations' programs dominate).
+
+DIR gets config.json, meta.jsonl (a record per generation: fitness best/mean/min of the
+members, the mean's own return when evaluated, inner env steps/s), meta_state.npz (the
+strategy's state after the last generation: a relaunch into DIR resumes exactly) and
+learned_objective.npz with learned_objective.json: the strategy's mean theta, which
+`--config.loss=learned_policy --config.loss.path=DIR/learned_objective.npz` trains with
+under Anakin, Sebulba or SEED. Bad input is one paragraph naming the key, exit 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import textwrap
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer.config import runs as runs_lib
+from podracer.errors import ConfigError
+
+META_FLAG = "--config.meta."
+STATE_FILE = "meta_state.npz"
+RECORDS_FILE = "meta.jsonl"
+OBJECTIVE_FILE = "learned_objective.npz"
+EXIT_CONFIG_ERROR = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaConfig:
+  """The `meta.*` keys."""
+  generations: int = 20
+  population: int = 16            # ES members a generation (even: antithetic pairs)
+  sigma: float = 0.1              # the search distribution's standard deviation
+  learning_rate: float = 0.05     # of Adam on the strategy's mean
+  hidden: int = 16                # the drift network's hidden units
+  inner_env_steps: int = 0        # each member's training; 0: the config's total_env_steps
+  fitness_fraction: float = 0.2   # a member's fitness: its mean return over this last part
+  seed: int = 0
+
+  @classmethod
+  def from_args(cls, args: Dict[str, str]) -> "MetaConfig":
+    """From `--config.meta.KEY=VALUE` flags, each parsed as its default's type."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, text in args.items():
+      if key not in fields:
+        raise ConfigError(f"Config key `meta.{key}` is not a meta key; they are: "
+                          f"{', '.join(fields)}.")
+      kind = type(fields[key].default)
+      try:
+        values[key] = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+      except ValueError:
+        raise ConfigError(f"Config key `meta.{key}` is {text!r}, not {kind.__name__}.") from None
+    return cls(**values).checked()
+
+  def checked(self) -> "MetaConfig":
+    positive = dict(generations=self.generations, population=self.population,
+                    sigma=self.sigma, learning_rate=self.learning_rate, hidden=self.hidden)
+    for key, value in positive.items():
+      if not value > 0:
+        raise ConfigError(f"Config key `meta.{key}` is {value}; it must be positive.")
+    if self.population % 2:
+      raise ConfigError(f"Config key `meta.population` is {self.population}; antithetic "
+                        "sampling needs an even number of members.")
+    if not 0 < self.fitness_fraction <= 1:
+      raise ConfigError(f"Config key `meta.fitness_fraction` is {self.fitness_fraction}; it "
+                        "is the last part of a member's training its fitness averages, in "
+                        "(0, 1].")
+    if self.inner_env_steps < 0:
+      raise ConfigError("Config key `meta.inner_env_steps` is negative.")
+    return self
+
+
+def inner_config(config: Any, meta: MetaConfig) -> Any:
+  """The config each member trains with: its loss the learned objective (PPO's
+  coefficients kept), its budget `meta.inner_env_steps`."""
+  from ml_collections import config_dict  # pylint: disable=import-outside-toplevel
+  loss = config.get("loss")
+  if config.agent.name != "ppo" or loss is None or loss.get("name") not in (
+      "ppo", "learned_policy"):
+    raise ConfigError(f"podracer.meta learns PPO's policy objective; the config's agent is "
+                      f"'{config.agent.name}' with loss "
+                      f"'{loss.get('name') if loss else None}' (give a PPO config).")
+  if config.runtime.name != "anakin" or config.get("num_runs", 1) != 1:
+    raise ConfigError("podracer.meta runs its members as the runs of one Anakin program: "
+                      "give a config with runtime.name=anakin and num_runs=1 (the members "
+                      "are `meta.population`).")
+  inner = config_dict.ConfigDict(config.to_dict())
+  kept = {k: loss[k] for k in ("clip_epsilon", "value_coef", "entropy_coef", "clip_value",
+                               "normalize_advantages") if k in loss}
+  inner.loss = config_dict.ConfigDict(dict(name="learned_policy", path=None,
+                                           hidden=meta.hidden, **kept))
+  if meta.inner_env_steps:
+    inner.total_env_steps = meta.inner_env_steps
+  # A member is one replica: the plan's calls and env steps are one device's. The
+  # members share the device the program runs on (vmapped).
+  inner.topology.num_devices = 1
+  return inner
+
+
+def member_program(experiment: Any, fraction: float) -> Callable:
+  """fitness(theta, nets_key, key) -> (mean return over the last `fraction` of a whole
+  training with objective theta, its episodes ended): one member, to vmap."""
+  from podracer import builder  # pylint: disable=import-outside-toplevel
+  runtime, config = experiment.runtime, experiment.config
+  num_calls = runtime.num_calls
+  last = max(1, int(round(fraction * num_calls)))
+
+  def fitness(theta, nets_key, key):
+    agent = builder.build_agent(config, runtime.spec, experiment.plan.num_updates)
+    agent.loss = agent.loss.with_drift(theta)
+    init, call = runtime.replica_program(agent)
+
+    def one_call(state, _):
+      state, (_, episodes) = call(state)
+      return state, episodes[0]  # [U, 3] of the replica axis of one
+    _, episodes = jax.lax.scan(one_call, init(nets_key, key), None, length=num_calls)
+    tail = jnp.sum(episodes[-last:], axis=(0, 1))  # count, return sum, length sum
+    return tail[1] / jnp.maximum(tail[0], 1.0), tail[0]
+  return fitness
+
+
+def generation_program(experiment: Any, meta: MetaConfig) -> Callable:
+  """All members' trainings in one compiled program: (thetas [P, ...], key) ->
+  (fitness [P], episodes [P])."""
+  fitness = member_program(experiment, meta.fitness_fraction)
+
+  def generation(thetas, key):
+    # Every member starts from the same network and environments' keys: the members
+    # differ in their objective only (common random numbers: antithetic pairs compare
+    # objectives, not draws).
+    nets_key, env_key = jax.random.split(key)
+    return jax.vmap(fitness, in_axes=(0, None, None))(thetas, nets_key, env_key)
+  return jax.jit(generation)
+
+
+class Strategy:
+  """evosax's OpenES over theta (antithetic; Adam on the mean), minimizing -fitness."""
+
+  def __init__(self, meta: MetaConfig, theta: Dict[str, jax.Array]):
+    try:
+      from evosax import algorithms as evosax  # pylint: disable=import-outside-toplevel
+      import optax  # pylint: disable=import-outside-toplevel
+    except ImportError:
+      raise ConfigError("podracer.meta needs evosax (pip install -e \".[meta]\"; the default "
+                        "lane has it, the reverb lane's JAX is too old for it).") from None
+    self.es = evosax.Open_ES(
+        population_size=meta.population, solution=theta, use_antithetic_sampling=True,
+        optimizer=optax.adam(meta.learning_rate),
+        std_schedule=optax.constant_schedule(meta.sigma))
+    self.params = self.es.default_params
+    self.theta = theta
+
+  def init(self, key) -> Any:
+    return self.es.init(key, self.theta, self.params)
+
+  def ask(self, key, state) -> Tuple[Any, Any]:
+    return self.es.ask(key, state, self.params)
+
+  def tell(self, key, thetas, fitness, state) -> Any:
+    state, _ = self.es.tell(key, thetas, -fitness, state, self.params)
+    return state
+
+  def mean(self, state) -> Dict[str, jax.Array]:
+    return self.es.get_mean(state)
+
+
+def save_state(workdir: str, state: Any, generation: int) -> None:
+  """The strategy's state after `generation` generations, written whole or not at all."""
+  leaves = [np.asarray(x) for x in jax.tree.leaves(state)]
+  tmp = os.path.join(workdir, STATE_FILE + ".tmp.npz")
+  np.savez(tmp, generation=np.int64(generation), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
+  os.replace(tmp, os.path.join(workdir, STATE_FILE))
+
+
+def load_state(workdir: str, like: Any) -> Tuple[Any, int]:
+  """(state, generations done) from `workdir`, or (like, 0) without a saved one."""
+  path = os.path.join(workdir, STATE_FILE)
+  if not os.path.isfile(path):
+    return like, 0
+  leaves, treedef = jax.tree.flatten(like)
+  with np.load(path) as saved:
+    loaded = [jnp.asarray(saved[f"leaf_{i}"], dtype=jnp.asarray(x).dtype)
+              for i, x in enumerate(leaves)]
+    return jax.tree.unflatten(treedef, loaded), int(saved["generation"])
+
+
+def save_objective(workdir: str, theta: Dict[str, jax.Array], about: Dict[str, Any]) -> str:
+  path = os.path.join(workdir, OBJECTIVE_FILE)
+  np.savez(path, **{k: np.asarray(v) for k, v in theta.items()})
+  with open(os.path.splitext(path)[0] + ".json", "w", encoding="utf-8") as f:
+    json.dump(about, f, indent=2, sort_keys=True)
+  return path
+
+
+def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dict[str, Any]:
+  """Runs (or resumes) the meta-training into `workdir`; returns its last record."""
+  from podracer import builder  # pylint: disable=import-outside-toplevel
+  from podracer.components.losses import zero_drift  # pylint: disable=import-outside-toplevel
+  os.makedirs(workdir, exist_ok=True)
+  experiment = builder.build(inner_config(config, meta))
+  strategy = Strategy(meta, zero_drift(meta.hidden))
+  root = jax.random.PRNGKey(meta.seed)
+  init_key, root = jax.random.split(root)
+  state, done = load_state(workdir, strategy.init(init_key))
+  _write_config(workdir, config, meta)
+  generation = generation_program(experiment, meta)
+  inner_steps = experiment.plan.env_steps_per_round * experiment.runtime.num_calls
+  stream.write(f"meta: {meta.population} PPO trainings of {inner_steps:,} env steps a "
+               f"generation in one program, generations {done + 1}-{meta.generations}\n")
+  record: Dict[str, Any] = {}
+  for g in range(done, meta.generations):
+    record = _one_generation(strategy, generation, state, g, root, meta, inner_steps)
+    state = record.pop("state")
+    save_state(workdir, state, g + 1)
+    _append(workdir, record)
+    stream.write(_progress(record) + "\n")
+    stream.flush()
+  theta = strategy.mean(state)
+  save_objective(workdir, theta, dict(hidden=meta.hidden, generations=meta.generations,
+                                      agent="ppo", loss="learned_policy",
+                                      meta=dataclasses.asdict(meta)))
+  return record
+
+
+def _one_generation(strategy, generation, state, g, root, meta, inner_steps):
+  key = jax.random.fold_in(root, g)
+  ask_key, run_key, tell_key = jax.random.split(key, 3)
+  start = time.perf_counter()
+  thetas, state = strategy.ask(ask_key, state)
+  fitness, episodes = generation(thetas, run_key)
+  fitness = np.asarray(fitness)
+  state = strategy.tell(tell_key, thetas, jnp.asarray(fitness), state)
+  jax.block_until_ready(state)
+  wall = time.perf_counter() - start
+  return dict(state=state, generation=g + 1, fitness_best=float(fitness.max()),
+              fitness_mean=float(fitness.mean()), fitness_min=float(fitness.min()),
+              episodes=int(np.asarray(episodes).sum()),
+              inner_env_steps=meta.population * inner_steps,
+              sps=meta.population * inner_steps / wall, wall_s=wall)
+
+
+def _progress(record: Dict[str, Any]) -> str:
+  return (f"generation {record['generation']}: fitness best {record['fitness_best']:.1f} "
+          f"mean {record['fitness_mean']:.1f} min {record['fitness_min']:.1f}, "
+          f"{record['sps']:,.0f} inner env steps/s")
+
+
+def _append(workdir: str, record: Dict[str, Any]) -> None:
+  with open(os.path.join(workdir, RECORDS_FILE), "a", encoding="utf-8") as f:
+    f.write(json.dumps(record) + "\n")
+
+
+def _write_config(workdir: str, config: Any, meta: MetaConfig) -> None:
+  """config.json: the config and the meta keys; a resume with other ones is refused (but
+  for `meta.generations`: a resume may go on for more)."""
+  path = os.path.join(workdir, "config.json")
+  written = dict(json.loads(config.to_json_best_effort()), meta=dataclasses.asdict(meta))
+  if os.path.isfile(path):
+    with open(path, encoding="utf-8") as f:
+      before = json.load(f)
+    flat = lambda c: dict(runs_lib.flatten(c), **{"meta.generations": None})
+    old, new = flat(before), flat(written)
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if changed:
+      raise ConfigError(f"{workdir} holds a meta-training with other settings ("
+                        f"{', '.join(changed)} differ): give another --workdir.")
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(written, f, indent=2, sort_keys=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  """`python -m podracer.meta`: the config's flags as the launcher takes them, and
+  `--config.meta.KEY=VALUE`."""
+  argv = list(sys.argv if argv is None else argv)
+  meta_args, rest = runs_lib.sweep_args(argv[1:], META_FLAG)
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  values = flags.FlagValues()
+  config_flag = config_flags.DEFINE_config_file("config", None, "PPO Anakin config.",
+                                                flag_values=values)
+  workdir = flags.DEFINE_string("workdir", None, "Where the meta-training goes.",
+                                flag_values=values)
+  saved, sys.argv = sys.argv, [argv[0], *rest]  # config_flags reads overrides from it.
+  try:
+    values(sys.argv)
+    if not workdir.value or config_flag.value is None:
+      raise ConfigError("podracer.meta needs --config=path/to/config.py:NAME and "
+                        "--workdir=DIR.")
+    from podracer import launch  # pylint: disable=import-outside-toplevel
+    launch.register_components_and_agents()
+    train(config_flag.value, MetaConfig.from_args(meta_args), workdir.value)
+  except (ConfigError, flags.Error) as e:
+    sys.stderr.write("\n".join(textwrap.wrap(f"Config error: {e}", 88,
+                                             break_long_words=False)) + "\n")
+    return EXIT_CONFIG_ERROR
+  finally:
+    sys.argv = saved
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,113 @@
+"""The learned policy objective: PPO at theta = 0, a drift whatever theta is (never
+negative, zero and flat at rho = 1), loaded from an .npz as a registered loss."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from ml_collections import config_dict
+
+from agents.ppo import config as ppo_config
+from podracer import builder, registry
+from podracer.components.losses import (LearnedPolicyLoss, PolicyGradientBatch, PPOLoss,
+                                        learned_drift, zero_drift)
+from podracer.errors import ConfigError
+from podracer.launch import register_components_and_agents
+from tests.test_sebulba import one_device
+
+
+def _random_theta(key, hidden=8, scale=1.0):
+  keys = jax.random.split(key, 4)
+  shapes = dict(w0=(6, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,))
+  return {k: scale * jax.random.normal(kk, s) for kk, (k, s) in zip(keys, shapes.items())}
+
+
+def _batch(key, n=64):
+  k1, k2, k3, k4 = jax.random.split(key, 4)
+  return PolicyGradientBatch(
+      observation=None, action=jax.random.randint(k1, (n,), 0, 3),
+      behaviour_log_prob=jnp.log(jax.random.uniform(k2, (n,), minval=0.2, maxval=0.6)),
+      behaviour_value=jax.random.normal(k3, (n,)), advantage=jax.random.normal(k4, (n,)),
+      value_target=jnp.ones(n), mask=jnp.ones(n))
+
+
+def test_theta_zero_is_ppo_exactly():
+  batch = _batch(jax.random.PRNGKey(0))
+  logits = jax.random.normal(jax.random.PRNGKey(1), (64, 3))
+  value = jnp.zeros(64)
+  want = PPOLoss()(logits, value, batch)
+  got = LearnedPolicyLoss()(logits, value, batch)
+  chex.assert_trees_all_equal(got, want)
+
+
+def test_the_learned_drift_is_a_drift_for_any_theta():
+  """Never negative, zero at rho = 1 and flat there: at the policy that acted the
+  objective's gradient is the policy gradient, whatever theta is."""
+  ratio = jnp.linspace(0.2, 3.0, 57)
+  advantage = jnp.linspace(-3.0, 3.0, 57)
+  for seed in range(5):
+    theta = _random_theta(jax.random.PRNGKey(seed))
+    drift = learned_drift(theta, ratio[:, None], advantage[None, :])
+    assert float(jnp.min(drift)) >= 0.0
+    assert float(jnp.max(drift)) > 0.0  # a theta that moves the objective
+    at_one = learned_drift(theta, jnp.ones_like(advantage), advantage)
+    np.testing.assert_array_equal(at_one, 0.0)
+    slope = jax.vmap(jax.grad(lambda r, a: learned_drift(theta, r, a)))(
+        jnp.ones_like(advantage), advantage)
+    np.testing.assert_allclose(slope, 0.0, atol=1e-6)
+  # Its policy gradient at rho = 1 is PPO's for any theta.
+  batch = _batch(jax.random.PRNGKey(2))
+  batch = batch._replace(behaviour_log_prob=jnp.full(64, jnp.log(1 / 3)))
+  logits, value = jnp.zeros((64, 3)), jnp.zeros(64)
+  loss = LearnedPolicyLoss().with_drift(_random_theta(jax.random.PRNGKey(3)))
+  grad = jax.grad(lambda l: loss(l, value, batch)[0])(logits)
+  want = jax.grad(lambda l: PPOLoss()(l, value, batch)[0])(logits)
+  np.testing.assert_allclose(grad, want, atol=1e-6)
+
+
+def _section(**kwargs):
+  register_components_and_agents()
+  return config_dict.ConfigDict(dict(name="learned_policy", **kwargs))
+
+
+def test_a_saved_objective_is_loaded_from_its_path_as_a_registered_loss(tmp_path):
+  theta = _random_theta(jax.random.PRNGKey(4), hidden=5, scale=0.3)
+  path = tmp_path / "learned_objective.npz"
+  np.savez(path, **{k: np.asarray(v) for k, v in theta.items()})
+  loss = registry.build(registry.losses, _section(path=str(path)), key="loss")
+  assert isinstance(loss, LearnedPolicyLoss)
+  chex.assert_trees_all_close(loss.drift, theta)
+  batch = _batch(jax.random.PRNGKey(5))
+  logits = jax.random.normal(jax.random.PRNGKey(6), (64, 3))
+  got, _ = loss(logits, jnp.zeros(64), batch)
+  ppo, _ = PPOLoss()(logits, jnp.zeros(64), batch)
+  assert float(got) > float(ppo)  # the drift is a penalty, here a positive one
+
+
+def test_a_bad_path_or_bad_arrays_are_config_errors_naming_loss_path(tmp_path):
+  with pytest.raises(ConfigError, match=r"`loss\.path`.*not a file"):
+    registry.build(registry.losses, _section(path=str(tmp_path / "none.npz")), key="loss")
+  bad = tmp_path / "bad.npz"
+  np.savez(bad, **{k: np.asarray(v) for k, v in zero_drift(4).items() if k != "b1"})
+  with pytest.raises(ConfigError, match=r"`loss\.path`.*w0, b0, w1, b1"):
+    registry.build(registry.losses, _section(path=str(bad)), key="loss")
+  theta = dict(zero_drift(4), w1=jnp.zeros((3, 1)))
+  np.savez(bad, **{k: np.asarray(v) for k, v in theta.items()})
+  with pytest.raises(ConfigError, match=r"shapes"):
+    registry.build(registry.losses, _section(path=str(bad)), key="loss")
+
+
+@pytest.mark.parametrize("name", ["cartpole_anakin", "cartpole_sebulba", "cartpole_seed"])
+def test_ppo_takes_it_under_every_runtime_with_no_special_case(name, tmp_path):
+  theta = _random_theta(jax.random.PRNGKey(7), hidden=4, scale=0.1)
+  path = tmp_path / "learned_objective.npz"
+  np.savez(path, **{k: np.asarray(v) for k, v in theta.items()})
+  register_components_and_agents()
+  config = getattr(ppo_config, name)()
+  if name != "cartpole_anakin":
+    one_device(config)  # Not the suite's 8 virtual devices' split.
+  config.loss = _section(path=str(path), entropy_coef=config.loss.entropy_coef)
+  experiment = builder.build(config)
+  assert isinstance(experiment.agent.loss, LearnedPolicyLoss)
+  chex.assert_trees_all_close(experiment.agent.loss.drift, theta)

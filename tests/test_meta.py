@@ -1,0 +1,106 @@
+"""podracer.meta: an evolution strategy over the learned policy objective, each
+generation's members whole PPO trainings in one compiled program; its records, its
+exact resume, its learned objective loaded as a loss; its bad input."""
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from agents.ppo import config as ppo_config
+from podracer import builder, meta
+from podracer.components.losses import LearnedPolicyLoss
+from podracer.errors import ConfigError
+from podracer.launch import register_components_and_agents
+
+pytest.importorskip("evosax", reason="evosax needs jax >= 0.5: the default lane has it")
+
+# 4 members x 2 calls of 8,192 env steps (4 environments x 128 steps x 16 updates).
+SMALL = dict(population="4", inner_env_steps="16384", sigma="0.5", hidden="4")
+
+
+def _train(workdir, generations, **meta_args):
+  register_components_and_agents()
+  config = ppo_config.cartpole_anakin()
+  args = dict(SMALL, generations=str(generations), **meta_args)
+  out = io.StringIO()
+  meta.train(config, meta.MetaConfig.from_args(args), str(workdir), stream=out)
+  return out.getvalue()
+
+
+def _records(workdir):
+  return [json.loads(l) for l in (workdir / meta.RECORDS_FILE).read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_generations_train_and_a_resume_is_exact(tmp_path):
+  """Two generations in one launch, and one then a relaunch for the second: the same
+  fitness figures and the same learned objective, bit for bit."""
+  said = _train(tmp_path / "whole", 2)
+  assert "meta: 4 PPO trainings of 16,384 env steps a generation in one program" in said
+  assert "generation 2: fitness best" in said and "inner env steps/s" in said
+  whole = _records(tmp_path / "whole")
+  assert [r["generation"] for r in whole] == [1, 2]
+  for r in whole:
+    assert r["fitness_min"] <= r["fitness_mean"] <= r["fitness_best"]
+    assert r["fitness_min"] > 9.0 and r["episodes"] > 0  # CartPole's returns, learning
+    assert r["inner_env_steps"] == 4 * 16384
+  # Members differ in their objective only: some pair of them trained differently.
+  assert any(r["fitness_best"] > r["fitness_min"] for r in whole)
+  _train(tmp_path / "halves", 1)
+  _train(tmp_path / "halves", 2)
+  halves = _records(tmp_path / "halves")
+  key = lambda r: (r["generation"], r["fitness_best"], r["fitness_mean"], r["fitness_min"])
+  assert [key(r) for r in halves] == [key(r) for r in whole]
+  with np.load(tmp_path / "whole" / meta.OBJECTIVE_FILE) as a, \
+       np.load(tmp_path / "halves" / meta.OBJECTIVE_FILE) as b:
+    assert sorted(a) == ["b0", "b1", "w0", "w1"]
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
+    assert np.abs(a["w0"]).sum() > 0  # the mean moved from PPO's theta = 0
+  # The learned objective is an ordinary loss of the same agent.
+  config = ppo_config.cartpole_anakin()
+  config.loss.name = "learned_policy"
+  config.loss.path = str(tmp_path / "whole" / meta.OBJECTIVE_FILE)
+  config.loss.hidden = 4
+  agent = builder.build(config).agent
+  assert isinstance(agent.loss, LearnedPolicyLoss)
+  about = json.loads((tmp_path / "whole" / "learned_objective.json").read_text())
+  assert about["hidden"] == 4 and about["loss"] == "learned_policy"
+
+
+def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps(dict(
+      json.loads(ppo_config.cartpole_anakin().to_json_best_effort()),
+      meta=dict(meta.MetaConfig(population=4).__dict__))))
+  write = meta._write_config  # pylint: disable=protected-access
+  with pytest.raises(ConfigError, match=r"meta\.sigma"):
+    write(str(tmp_path), ppo_config.cartpole_anakin(), meta.MetaConfig(population=4, sigma=0.3))
+  # More generations: a resume that goes on.
+  write(str(tmp_path), ppo_config.cartpole_anakin(), meta.MetaConfig(population=4, generations=99))
+
+
+@pytest.mark.parametrize("args, named", [
+    (dict(population="5"), "meta.population"),
+    (dict(sigma="0"), "meta.sigma"),
+    (dict(fitness_fraction="1.5"), "meta.fitness_fraction"),
+    (dict(generatons="3"), "meta.generatons"),
+    (dict(hidden="many"), "meta.hidden"),
+])
+def test_bad_meta_keys_are_one_paragraph_naming_them(args, named):
+  with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+    meta.MetaConfig.from_args(args)
+
+
+@pytest.mark.parametrize("override, named", [
+    (("--config=agents/dqn/config.py:cartpole_anakin",), "agent is 'dqn'"),
+    (("--config=agents/ppo/config.py:cartpole_sebulba",), "runtime.name=anakin"),
+    (("--config=agents/ppo/config.py:cartpole_anakin", "--config.meta.population=3"),
+     "meta.population"),
+])
+def test_the_command_exits_2_with_one_paragraph(override, named, tmp_path, capsys):
+  assert meta.main(["podracer.meta", *override, f"--workdir={tmp_path}"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("Config error: ") and "Traceback" not in err
+  assert named in " ".join(err.split()), err
