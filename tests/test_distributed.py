@@ -119,6 +119,7 @@ def test_many_runs_over_two_processes_are_the_runs_of_one_process(tmp_path):
   assert [r["seed"] for r in two[:4]] == [3, 4, 5, 6]
 
 
+@pytest.mark.extended  # CI: two processes give one process's records (Anakin, above)
 @pytest.mark.learning
 def test_sebulba_two_processes_reach_450_and_end_with_identical_parameters(tmp_path):
   """cartpole_sebulba (seed 0, 1 M env steps) on 2 processes of 1 actor + 1 learner

@@ -13,6 +13,7 @@ from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, StepType, TimeStep,
 from tests.learning import assert_reached_and_held, launch_runs
 
 
+@pytest.mark.extended  # IMPALA's CI test: pixel Catch (tests/test_learning.py)
 @pytest.mark.learning
 def test_impala_cartpole_anakin_over_5_seeds_reaches_450_and_holds_it(tmp_path):
   """Seeds 0-4 in one program, one host device: best 486-496, last-20 % means

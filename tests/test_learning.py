@@ -26,6 +26,7 @@ def test_ppo_cartpole_anakin_over_5_seeds_reaches_475_and_holds_it(tmp_path):
   assert_reached_and_held(records, 5, reached=475, held_iqm=475)
 
 
+@pytest.mark.extended  # PPO's CI tests: CartPole over 5 seeds, Sebulba in turns
 @pytest.mark.learning
 def test_ppo_catch_anakin_over_5_seeds_holds_0_9(tmp_path):
   """Seeds 0-4, one host device, 200K env steps: the last-20 % means are 0.997-1.0
@@ -49,7 +50,8 @@ ATARI_OPTIMIZERS = {
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("agent", PIXEL_CATCH)
+@pytest.mark.parametrize("agent", [  # CI: IMPALA's (the Atari actor-critic); both: --all.
+    a if a == "impala" else pytest.param(a, marks=pytest.mark.extended) for a in PIXEL_CATCH])
 def test_pixel_catch_anakin_learns_from_frames_with_the_atari_settings(agent, tmp_path):
   """Catch seen as [4, 20, 10] uint8 frame stacks, learned by the Atari ResNet with each
   agent's Atari optimizer settings: the CPU's stand-in for Pong.

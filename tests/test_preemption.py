@@ -68,7 +68,7 @@ def alive(pid):
 
 @pytest.mark.parametrize("case", [  # The reverb lane: Anakin (its signals under that JAX).
     pytest.param("anakin", marks=pytest.mark.reverb_lane),
-    "sebulba_envpool", "sebulba_gymnasium"])
+    "sebulba_envpool", pytest.param("sebulba_gymnasium", marks=pytest.mark.extended)])
 @pytest.mark.slow
 def test_sigterm_stops_within_10s_writes_outputs_and_exits_143(case, tmp_path):
   if case == "sebulba_gymnasium":
