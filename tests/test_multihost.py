@@ -225,6 +225,7 @@ def test_a_workdir_not_shared_by_the_ranks_is_refused(tmp_path):
     assert "is not shared: process(es) 1 do not see the file process 0 wrote" in message
 
 
+@pytest.mark.extended  # CI: Anakin 2x4's resume here, Sebulba's in test_checkpoint.py
 def test_sebulba_two_processes_resume_their_learner_and_counters_after_sigterm(tmp_path):
   args = ["--config=agents/ppo/config.py:cartpole_sebulba", "--config.checkpoint_interval=1",
           "--config.total_env_steps=200000"]
@@ -267,6 +268,7 @@ def _mpirun(*args, devices=4, **popen):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
+@pytest.mark.extended  # CI: launch_local's ranks; Open MPI's environment in unit tests
 def test_mpirun_forms_one_run_that_a_sigterm_stops_and_a_second_mpirun_resumes(tmp_path):
   run = tmp_path / "mpi"
   first = _mpirun(*ANAKIN, f"--workdir={run}")
