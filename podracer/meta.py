@@ -13,7 +13,7 @@ updates vmapped), and a member's fitness is its mean episode return over the las
 generations (one small jitted call: the generations' programs dominate).
 
 DIR gets config.json, meta.jsonl (a record per generation: fitness best/mean/min of the
-members, the mean's own return when evaluated, inner env steps/s), meta_state.npz (the
+members, their episodes, inner env steps and env steps/s), meta_state.npz (the
 strategy's state after the last generation: a relaunch into DIR resumes exactly) and
 learned_objective.npz with learned_objective.json: the strategy's mean theta, which
 `--config.loss=learned_policy --config.loss.path=DIR/learned_objective.npz` trains with
@@ -229,8 +229,7 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
                f"generation in one program, generations {done + 1}-{meta.generations}\n")
   record: Dict[str, Any] = {}
   for g in range(done, meta.generations):
-    record = _one_generation(strategy, generation, state, g, root, meta, inner_steps)
-    state = record.pop("state")
+    state, record = _one_generation(strategy, generation, state, g, root, meta, inner_steps)
     save_state(workdir, state, g + 1)
     _append(workdir, record)
     stream.write(_progress(record) + "\n")
@@ -252,11 +251,11 @@ def _one_generation(strategy, generation, state, g, root, meta, inner_steps):
   state = strategy.tell(tell_key, thetas, jnp.asarray(fitness), state)
   jax.block_until_ready(state)
   wall = time.perf_counter() - start
-  return dict(state=state, generation=g + 1, fitness_best=float(fitness.max()),
-              fitness_mean=float(fitness.mean()), fitness_min=float(fitness.min()),
-              episodes=int(np.asarray(episodes).sum()),
-              inner_env_steps=meta.population * inner_steps,
-              sps=meta.population * inner_steps / wall, wall_s=wall)
+  return state, dict(generation=g + 1, fitness_best=float(fitness.max()),
+                     fitness_mean=float(fitness.mean()), fitness_min=float(fitness.min()),
+                     episodes=int(np.asarray(episodes).sum()),
+                     inner_env_steps=meta.population * inner_steps,
+                     sps=meta.population * inner_steps / wall, wall_s=wall)
 
 
 def _progress(record: Dict[str, Any]) -> str:

@@ -352,8 +352,7 @@ def report(directories: Sequence[str], out: str, metric: str = "episode_return",
   grid, curve, band = curves(groups, tasks, end, norm)
   os.makedirs(out, exist_ok=True)
   plots = _plots(out, matrices, points, intervals, grid, curve, band, bool(norm), metric)
-  populations = [best_member(d, fraction, metric) for d in directories
-                 if any("parent" in r for r in _records(d))]
+  populations = [p for p in (best_member(d, fraction, metric) for d in directories) if p]
   result = dict(populations=populations,
                 groups={g: dict(runs=matrices[g].shape[0], tasks=tasks,
                                 matrix=matrices[g].tolist(),
@@ -367,11 +366,13 @@ def report(directories: Sequence[str], out: str, metric: str = "episode_return",
 
 
 def best_member(directory: str, fraction: float, metric: str = "episode_return"
-                ) -> Dict[str, Any]:
+                ) -> Optional[Dict[str, Any]]:
   """A PBT run's best member by its final score (the mean of `metric` over the last
   `fraction` of its env steps) and the hyperparameter schedule its lineage trained with
-  (podracer.logs.runs.schedule)."""
+  (podracer.logs.runs.schedule); None for a run that is not a PBT run."""
   records = _records(directory)
+  if not any("parent" in r for r in records):
+    return None
   keys = sorted(k[len("sweep."):] for k in _flat(_config(directory)) if k.startswith("sweep."))
   members: Dict[int, List[Tuple[int, float]]] = collections.defaultdict(list)
   for r in records:

@@ -38,28 +38,28 @@ done
 # --extended those alone; --fast the unit and contract tests (no `learning` or `slow`).
 # A `-m` given after them replaces the tier's.
 TIER=(-m "not extended")
+TIER_GIVEN=0
 ARGS=()
 for arg in "$@"; do
   case "$arg" in
-    --fast) TIER=(-m "not learning and not slow and not extended") ;;
-    --all) TIER=() ;;
-    --extended) TIER=(-m extended) ;;
+    --fast) TIER=(-m "not learning and not slow and not extended"); TIER_GIVEN=1 ;;
+    --all) TIER=(); TIER_GIVEN=1 ;;
+    --extended) TIER=(-m extended); TIER_GIVEN=1 ;;
     *) ARGS+=("$arg") ;;
   esac
 done
-# Tests named by path or node id run whatever their tier, unless a tier flag was given.
-TIER_GIVEN=0
-for arg in "$@"; do [[ "$arg" == --fast || "$arg" == --all || "$arg" == --extended ]] && TIER_GIVEN=1; done
+
+# Default target is `tests`, unless the arguments already name paths or node ids: those
+# run whatever their tier, unless a tier flag was given.
+TARGETS=(tests)
 for arg in "${ARGS[@]+"${ARGS[@]}"}"; do
-  if [[ $TIER_GIVEN == 0 && "$arg" != -* && -e "${arg%%::*}" ]]; then TIER=(); fi
+  if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then
+    TARGETS=()
+    [[ $TIER_GIVEN == 0 ]] && TIER=()
+    break
+  fi
 done
 set -- "${TIER[@]+"${TIER[@]}"}" "${ARGS[@]+"${ARGS[@]}"}"
-
-# Default target is `tests`, unless the arguments already name paths or node ids.
-TARGETS=(tests)
-for arg in "$@"; do
-  if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then TARGETS=(); break; fi
-done
 
 CORES="$(nproc 2>/dev/null || echo 1)"
 LOG_DIR="$(mktemp -d "${TMPDIR:-/tmp}/podracer-test.XXXXXX")"

@@ -110,6 +110,7 @@ def pytest_runtest_logreport(report):
   ends (tab-separated: seconds, phase, outcome, test): a partial or killed run still says
   where its time went (`--durations` prints only at the end)."""
   path = os.environ.get("PODRACER_TEST_TIMES")
-  if path:
+  # Under pytest-xdist the controller gets every worker's reports: written there once.
+  if path and "PYTEST_XDIST_WORKER" not in os.environ:
     with open(path, "a", encoding="utf-8") as f:
       f.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")

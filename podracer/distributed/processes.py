@@ -158,7 +158,7 @@ def ends_process_on_failure() -> Iterator[None]:
     if _initialized and e.code not in (0, None):
       _exit_now(e.code if isinstance(e.code, int) else 1, None)
     if e.code == 1:  # A failed run, alone: its outputs are written; leave without teardown.
-      _exit_alone(1)
+      _flush_and_exit(1)
     raise
   except BaseException as e:  # pylint: disable=broad-except
     if _initialized:
@@ -175,19 +175,20 @@ def _exit_now(code: int, error: Optional[BaseException]) -> None:
   if not together:
     sys.stderr.write(f"Process {process_index()} of {process_count()} failed (exit status "
                      f"{code}); the other processes stop too.\n")
-  sys.stdout.flush()
-  sys.stderr.flush()
   if together:
+    sys.stdout.flush()
+    sys.stderr.flush()
     _leave_together()
-  os._exit(code)  # pylint: disable=protected-access
+  _flush_and_exit(code)
 
 
-def _exit_alone(code: int) -> None:
-  """A run that failed (a thread, a worker, a non-finite update), on one process, exits
-  without the interpreter's teardown: the runtime has stopped its threads and written its
-  outputs, and the teardown of native threads still winding down (Reverb's, TensorFlow's,
-  an environment pool's) can abort the process instead of letting it exit 1 (seen in the
-  reverb lane: SIGABRT after the run had said why it stopped)."""
+def _flush_and_exit(code: int) -> None:
+  """Exits without the interpreter's teardown, what was written flushed. Also for a run
+  that failed on one process (a thread, a worker, a non-finite update): the runtime has
+  stopped its threads and written its outputs, and the teardown of native threads still
+  winding down (Reverb's, TensorFlow's, an environment pool's) can abort the process
+  instead of letting it exit 1 (seen in the reverb lane: SIGABRT after the run had said
+  why it stopped)."""
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access

@@ -38,10 +38,11 @@ from podracer.logs import runs as runs_records
 KINDS = ("none", "pbt")
 EXPLORE = ("perturb", "resample")
 # population.fitness: what ranks members, as the mean over the episodes that ended since
-# the last step of (column of `metrics.episode_sums`, sign): the return (the default),
-# the length (survival tasks), or the length negated (reach a goal soon).
-FITNESS = {"episode_return": ("return", 1.0), "episode_length": ("length", 1.0),
-           "neg_episode_length": ("length", -1.0)}
+# the last step of (column of `metrics.episode_sums` [count, return sum, length sum],
+# sign): the return (the default), the length (survival tasks), or the length negated
+# (reach a goal soon).
+FITNESS = {"episode_return": (1, 1.0), "episode_length": (2, 1.0),
+           "neg_episode_length": (2, -1.0)}
 
 
 class PopulationState(NamedTuple):
@@ -195,16 +196,9 @@ def accumulate(state: PopulationState, episodes: jax.Array,
                measure: str = "episode_return") -> PopulationState:
   """Adds a call's episode sums ([U, 3]: count, return sum, length sum per update;
   `metrics.episode_sums`): their count, and the sum of `measure` (a key of FITNESS)."""
-  count, return_sum, length_sum = episode_columns(episodes)
   column, sign = FITNESS[measure]
-  score = sign * (return_sum if column == "return" else length_sum)
-  return state._replace(score_sum=state.score_sum + jnp.sum(score),
-                        episodes=state.episodes + jnp.sum(count))
-
-
-def episode_columns(episodes: jax.Array):
-  """(count, return sum, length sum) [U] of `metrics.episode_sums` rows [U, 3]."""
-  return episodes[:, 0], episodes[:, 1], episodes[:, 2]
+  return state._replace(score_sum=state.score_sum + sign * jnp.sum(episodes[:, column]),
+                        episodes=state.episodes + jnp.sum(episodes[:, 0]))
 
 
 def fitness(score_sum: jax.Array, episodes: jax.Array) -> jax.Array:
