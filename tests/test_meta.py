@@ -14,8 +14,6 @@ from podracer.components.losses import LearnedPolicyLoss
 from podracer.errors import ConfigError
 from podracer.launch import register_components_and_agents
 
-pytest.importorskip("evosax", reason="evosax needs jax >= 0.5: the default lane has it")
-
 # 4 members x 2 calls of 8,192 env steps (4 environments x 128 steps x 16 updates).
 SMALL = dict(population="4", inner_env_steps="16384", sigma="0.5", hidden="4")
 
