@@ -2,7 +2,7 @@
 
 Two install lanes, each with a lock file used as pip constraints (see scripts/setup_env.sh):
 
-  default: pip install -c requirements/default.txt -e ".[test,jax-envs,wandb]"  (Python >= 3.11)
+  default: pip install -c requirements/default.txt -e ".[test,jax-envs,wandb,meta,suites]"  (Python >= 3.11)
   reverb:  pip install -c requirements/reverb.txt -e ".[reverb,test]"     (Python 3.11 only)
 
 The lower bounds below admit both lanes: the reverb lane holds JAX at 0.4.34 (the last
@@ -89,6 +89,16 @@ EXTRAS_REQUIRE = {
     # Meta-learning a policy objective (podracer/meta.py): evosax's evolution strategies.
     # evosax 0.2 needs jax >= 0.5: the default lane installs it, the reverb lane cannot.
     "meta": ["evosax>=0.2.0"],
+    # The JAX suites researchers report on (podracer/components/environments/; docs/
+    # environments.md), each its own extra; `suites` installs them all (the default lane
+    # does; all need current JAX, so the reverb lane has none).
+    "craftax": ["craftax>=1.6.1"],
+    "jumanji": ["jumanji>=1.1.2"],
+    "navix": ["navix>=0.7.4"],
+    "pgx": ["pgx>=2.6.0"],
+    "xminigrid": ["xminigrid>=0.9.3"],
+    "suites": ["craftax>=1.6.1", "jumanji>=1.1.2", "navix>=0.7.4", "pgx>=2.6.0",
+               "xminigrid>=0.9.3"],
 }
 
 setup(

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 
 from podracer.experience import Replay
 from podracer.learning import Objective, init_opt_state
-from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
+from podracer.types import (ILLEGAL, ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory,
+                            action_mask)
 
 Metrics = Dict[str, jax.Array]
 
@@ -51,6 +52,11 @@ class Agent(abc.ABC):
   # actions), "continuous" (a bounded ArraySpec) or None (either); the builder refuses an
   # environment of the other kind before anything is built.
   action_kind: Optional[str] = "discrete"
+
+  # Whether the agent honours an environment's action mask (`podracer.types.ACTION_MASK`:
+  # it never takes an action the mask makes illegal); the builder refuses a masked
+  # environment to an agent that does not.
+  action_masks: bool = False
 
   # Rates the metrics derive from env steps/s: {metric: work per env step}, e.g. MuZero's
   # {"simulations_per_s": num_simulations}; every record with `sps` gets each.
@@ -168,6 +174,16 @@ class Agent(abc.ABC):
   def update(self, nets: PyTree, opt: PyTree, experience: PyTree,
              key: jax.Array) -> Tuple[PyTree, PyTree, PyTree, Metrics]:
     """One learner update; `podracer.learning.gradient_step` applies the objectives."""
+
+
+def legal(values: jax.Array, observation: PyTree) -> jax.Array:
+  """Logits or Q-values [..., A] with each illegal action's at `ILLEGAL`, where the
+  observation carries an action mask (`podracer.types.ACTION_MASK`); unchanged where it
+  does not. Sampling, argmax and max over the result pick legal actions only."""
+  mask = action_mask(observation)
+  if mask is None:
+    return values
+  return jnp.where(mask, values, jnp.asarray(ILLEGAL, values.dtype))
 
 
 def greedy(logits: jax.Array) -> ActorOutput:

@@ -19,19 +19,23 @@ name. A top-level key that neither the agent nor the run uses is refused
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from typing import Any, Dict, Mapping, Optional, TextIO, Tuple
 
+import jax
 import numpy as np
 
 from podracer import contracts, distributed, registry
-from podracer.lifecycle import checkpoint, evaluation, guards
+from podracer.lifecycle import checkpoint, evaluation, guards, video
 from podracer.config import compose, runs as runs_lib
 from podracer.registry import imports
 from podracer.errors import ConfigError, DiskError
 from podracer.components import loggers as loggers_lib
+from podracer.logs.base import Video
 from podracer.logs.metrics import DEFAULT_LOGGERS, LOG_KEYS, MetricsLogger
 from podracer.runtime import Plan
+from podracer.types import ACTION_MASK, action_mask
 from podracer.runtimes import population as population_lib
 
 REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
@@ -54,6 +58,7 @@ class Experiment:
                runs: Optional[runs_lib.Runs] = None):
     self.config, self.runtime, self.agent, self.plan = config, runtime, agent, plan
     self.runs = runs
+    self.video_path: Optional[str] = None  # `eval_video`'s file, once written
 
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
           print_interval: float = 1.0, checkpoints_in: Optional[str] = None
@@ -89,7 +94,9 @@ class Experiment:
     extras = dict(checkpointer=checkpointer,
                   evaluation=evaluation.for_run(self.config, self.runtime))
     try:
-      self.runtime.run(watched, **{k: v for k, v in extras.items() if v is not None})
+      final = self.runtime.run(watched, **{k: v for k, v in extras.items() if v is not None})
+      if self.config.get("eval_video") and workdir and distributed.process_index() == 0:
+        self.video_path = self._record_video(final, workdir, logger, stream)
     except DiskError:
       logger.disk_failed = True  # The disk is full or failing: write nothing more.
       raise
@@ -102,6 +109,23 @@ class Experiment:
       summary.update(requested_env_steps=self.config.total_env_steps,
                      planned_env_steps=self.plan.total_env_steps)
     return dict(summary, records=logger.records)
+
+  def _record_video(self, state: Any, workdir: str, logger: Any,
+                    stream: Optional[TextIO]) -> str:
+    """`eval_video` episodes of run 0's evaluation policy: WORKDIR/videos/final.mp4 (or
+    .gif), and into TensorBoard and W&B where they log."""
+    nets = self.runtime.per_run(state.agent.nets)
+    if self.runs:
+      nets = jax.tree.map(lambda x: x[0], nets)
+    frames = video.record(self.agent, self.runtime.env.env, nets,
+                          jax.random.PRNGKey(self.config.seed), self.config.eval_video)
+    path = video.write(os.path.join(workdir, "videos", "final"), frames)
+    gif = video.encode(frames, "gif")
+    logger.write_video("eval_video", Video(path, gif, frames.shape), self.plan.total_env_steps)
+    if stream:
+      stream.write(f"wrote {path} ({len(frames)} frames, {self.config.eval_video} "
+                   "episodes of the evaluation policy)\n")
+    return path
 
   def _describe_runs(self) -> str:
     """What the start of the output says of many runs, a population or a schedule."""
@@ -241,6 +265,7 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
   agent_kwargs = dict(config.agent)
   factory = registry.agents.get(agent_kwargs.pop("name", None), key="agent.name")
   _check_action_kind(config, factory, spec)
+  _check_action_mask(config, factory, spec)
   params = inspect.signature(factory).parameters
   injected: Dict[str, Any] = {"spec": spec}
   if "total_updates" in params:  # Schedules over the run's updates (PQN's epsilon).
@@ -287,6 +312,27 @@ def _check_action_kind(config: Any, factory: Any, spec: Any) -> None:
       f"(registered agents and their kinds: `python -m podracer.launch --list`).")
 
 
+def _check_action_mask(config: Any, factory: Any, spec: Any) -> None:
+  """A masked environment's agent must honour masks (`action_masks`), and the mask must
+  be one bool per action."""
+  mask = action_mask(getattr(spec, "observation", None))
+  if mask is None:
+    return
+  where = f"environment '{config.env.name}' (`env.name`)"
+  if not getattr(factory, "action_masks", False):
+    raise ConfigError(
+        f"Agent '{config.agent.name}' does not honour action masks (its `action_masks` "
+        f"is False), but {where} gives one with each observation (`{ACTION_MASK}`): it "
+        f"could take illegal actions. Choose an agent that honours them (PPO, IMPALA, "
+        f"DQN, R2D2, PQN, MuZero), or set `action_masks = True` on an agent of yours that "
+        f"applies `podracer.agent.legal` to its logits or Q-values.")
+  num_actions = getattr(spec.action, "num_values", None)
+  if tuple(mask.shape) != (num_actions,) or np.dtype(mask.dtype) != np.bool_:
+    raise ConfigError(
+        f"The action mask of {where} must be bool [{num_actions}] (one entry per "
+        f"action), got {np.dtype(mask.dtype).name} {list(mask.shape)}.")
+
+
 def build(config: Any, agent: Any = None) -> Experiment:
   """Looks every component of `config` up in the registries and wires them together.
 
@@ -324,7 +370,19 @@ def build(config: Any, agent: Any = None) -> Experiment:
   if schedule:
     many["schedule"] = schedule
   runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed, **many)
+  if config.get("eval_video"):
+    _check_video(config, runtime)
   return Experiment(config, runtime, agent, plan, runs)
+
+
+def _check_video(config: Any, runtime: Any) -> None:
+  """`eval_video` records JAX environments that render, at the end of an Anakin run."""
+  env = getattr(getattr(runtime, "env", None), "env", None)
+  if not hasattr(runtime, "saved_state") or env is None:
+    raise ConfigError(
+        f"Config key `eval_video` records the end of an Anakin run; runtime "
+        f"'{config.runtime.name}' steps host environments. Set --config.eval_video=0.")
+  video.check_renders(env, "Config key `eval_video`")
 
 
 def _population(config: Any, runtime_cls: Any, options: Any):

@@ -29,7 +29,7 @@ import rlax
 from podracer.agent import Agent
 from podracer.components.replay import importance_weights
 from podracer.learning import Objective, TargetState, gradient_step, update_target, with_target
-from podracer.types import PyTree, Trajectory
+from podracer.types import ILLEGAL, PyTree, Trajectory
 
 # What each update's record carries (`q_diagnostics`); 0 while the replay warms up.
 DIAGNOSTICS = ("loss", "q_mean", "q_max", "target_mean", "td_error_abs", "priority_mean",
@@ -69,22 +69,29 @@ def eval_exploration(num_envs: int, epsilon: float, anneal_steps: int,
                      jnp.full((num_envs,), anneal_steps, jnp.int32))
 
 
-def epsilon_greedy_actions(q: jax.Array, epsilon: jax.Array, key: jax.Array) -> jax.Array:
+def epsilon_greedy_actions(q: jax.Array, epsilon: jax.Array, key: jax.Array,
+                           mask: Any = None) -> jax.Array:
   """Actions [B] int32 for Q-values [B, A]: uniformly random with probability `epsilon`
-  (a scalar or [B]), else the argmax."""
+  (a scalar or [B]), else the argmax; with an action mask [B, A], random among the
+  legal actions and the argmax of the legal ones."""
   explore_key, action_key = jax.random.split(key)
-  greedy = jnp.argmax(q, axis=-1)
-  random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1])
+  if mask is None:
+    greedy = jnp.argmax(q, axis=-1)
+    random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1])
+  else:
+    greedy = jnp.argmax(jnp.where(mask, q, ILLEGAL), axis=-1)
+    random = jax.random.categorical(action_key, jnp.where(mask, 0.0, ILLEGAL))
   explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
   return jnp.where(explore, random, greedy).astype(jnp.int32)
 
 
 def epsilon_greedy(q: jax.Array, state: QActorState, key: jax.Array,
-                   anneal_steps: int) -> Tuple[jax.Array, QActorState]:
-  """Actions [B] int32 for Q-values [B, A]: uniformly random with each environment's
-  (annealed) rate, else greedy; the state counts one more step."""
+                   anneal_steps: int, mask: Any = None) -> Tuple[jax.Array, QActorState]:
+  """Actions [B] int32 for Q-values [B, A]: uniformly random (among the legal ones,
+  with a `mask`) with each environment's (annealed) rate, else greedy; the state counts
+  one more step."""
   epsilon = annealed_epsilon(state.epsilon, state.steps, anneal_steps)
-  action = epsilon_greedy_actions(q, epsilon, key)
+  action = epsilon_greedy_actions(q, epsilon, key, mask)
   return action, state._replace(steps=state.steps + 1)
 
 
@@ -175,6 +182,7 @@ class QLearningAgent(Agent):
 
   q_loss: Any
   epsilon_anneal_steps: int = 0
+  action_masks = True  # Acting, argmax and targets over `legal` Q-values only.
 
   def init_opt(self, nets):
     return with_target(super().init_opt(nets), nets)

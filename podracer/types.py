@@ -10,7 +10,7 @@ cannot tell a JAX environment from an EnvPool one.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Tuple
+from typing import Any, Mapping, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -86,6 +86,37 @@ class DiscreteSpec:
 class EnvSpec(NamedTuple):
   observation: PyTree  # pytree of ArraySpec
   action: Any          # DiscreteSpec, or for continuous actions a bounded ArraySpec
+
+
+# The observation key under which an environment gives its legal actions: an
+# observation {"action_mask": bool [A], ...} (Pgx, Jumanji and Craftax variants give
+# one) says which of the A discrete actions may be taken now. Agents honour it
+# (`podracer.agent.legal`); networks' torsos never see it as a feature.
+ACTION_MASK = "action_mask"
+
+# What an illegal action's logit or Q-value becomes: no legal action's value is below it,
+# and unlike -inf it keeps softmax entropies and their gradients finite.
+ILLEGAL = -1e9
+
+
+def action_mask(observation: PyTree) -> Any:
+  """The legal actions [..., A] (bool) an observation carries, or None."""
+  if isinstance(observation, Mapping) and ACTION_MASK in observation:
+    return observation[ACTION_MASK]
+  return None
+
+
+def has_action_mask(spec: EnvSpec) -> bool:
+  return action_mask(spec.observation) is not None
+
+
+def observation_features(observation: PyTree) -> PyTree:
+  """What a torso encodes: the observation without its action mask; an observation
+  left with one entry ({"observation": x, "action_mask": m}) is that entry, x."""
+  if action_mask(observation) is None:
+    return observation
+  rest = {k: v for k, v in observation.items() if k != ACTION_MASK}
+  return next(iter(rest.values())) if len(rest) == 1 else rest
 
 
 def bounds(minimum, maximum) -> Tuple[Any, Any]:

@@ -74,7 +74,7 @@ LAYERS = (
     ("builder", ("podracer/builder.py",)),
     ("entry points", ("podracer/launch.py", "podracer/api.py", "podracer/report.py",
                       "podracer/testing.py", "podracer/testing_fixtures.py",
-                      "podracer/worker.py", "podracer/meta.py")),
+                      "podracer/worker.py", "podracer/meta.py", "podracer/play.py")),
 )
 # What stays free of JAX at import: the SEED worker starts fast with JAX_PLATFORMS=cpu set
 # before JAX loads, and the launcher's --help, the report and the config tools need none.

@@ -21,12 +21,13 @@ import jax.numpy as jnp
 import optax
 
 from podracer import registry
+from podracer.agent import legal
 from podracer.components.losses import QLearningLoss
 from podracer.learning import Objective
 from podracer.off_policy import (QActorState, QLearningAgent, epsilon_greedy, eval_exploration,
                                  init_exploration)
 from podracer.registry.ranges import NonNegative, Probability
-from podracer.types import ActorOutput, EnvSpec, TimeStep
+from podracer.types import ActorOutput, EnvSpec, TimeStep, action_mask
 
 
 @registry.agents.register("dqn")
@@ -72,7 +73,8 @@ class DQN(QLearningAgent):
 
   def act(self, nets, actor_state: QActorState, timestep: TimeStep, key):
     q = self.network.apply(nets, timestep.observation)
-    action, actor_state = epsilon_greedy(q, actor_state, key, self.epsilon_anneal_steps)
+    action, actor_state = epsilon_greedy(q, actor_state, key, self.epsilon_anneal_steps,
+                                         action_mask(timestep.observation))
     return ActorOutput(action, {}), actor_state
 
   def _loss(self, params, batch, key):
@@ -84,6 +86,7 @@ class DQN(QLearningAgent):
     steps, batch_size = timestep.step_type.shape
     flat = jax.tree.map(lambda x: x.reshape(steps * batch_size, *x.shape[2:]),
                         timestep.observation)
-    values = lambda p: self.network.apply(p, flat).reshape(steps, batch_size, -1)
+    values = lambda p: legal(self.network.apply(p, flat), flat).reshape(
+        steps, batch_size, -1)
     return self.q_loss(values(params), values(target_params), timestep,
                        jnp.swapaxes(items.action, 0, 1), weights, self.discount)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from podracer import registry
-from podracer.agent import Agent, greedy
+from podracer.agent import Agent, greedy, legal
 from podracer.components.losses import categorical_log_prob, vtrace_batch
 from podracer.contracts import actor_critic_outputs
 from podracer.learning import Objective, gradient_step
@@ -26,6 +26,8 @@ from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 @registry.agents.register("impala")
 class IMPALA(Agent):
   """One gradient step of a V-trace loss on each [T+1, B] trajectory."""
+
+  action_masks = True  # `legal` logits: illegal actions are never sampled.
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
                optimizer: optax.GradientTransformation,
@@ -41,14 +43,16 @@ class IMPALA(Agent):
     return actor_critic_outputs(self.spec, batch_size)
 
   def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
-    logits = self.network.apply(nets, timestep.observation).logits
+    logits = legal(self.network.apply(nets, timestep.observation).logits,
+                   timestep.observation)
     action = jax.random.categorical(key, logits).astype(jnp.int32)
     extras = dict(log_prob=categorical_log_prob(logits, action))
     return ActorOutput(action, extras), actor_state
 
   def eval_act(self, nets, actor_state, timestep: TimeStep, key):
     del key  # Greedy.
-    return greedy(self.network.apply(nets, timestep.observation).logits), actor_state
+    logits = self.network.apply(nets, timestep.observation).logits
+    return greedy(legal(logits, timestep.observation)), actor_state
 
   def observe(self, experience, trajectory: Trajectory) -> Trajectory:
     del experience  # On-policy up to the actors' lag: learn from the newest trajectory.
@@ -68,6 +72,6 @@ class IMPALA(Agent):
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]),
                         experience.timestep.observation)
     out = self.network.apply(nets, flat)
-    logits = out.logits.reshape(*time_and_batch, -1)
+    logits = legal(out.logits, flat).reshape(*time_and_batch, -1)
     values = out.value.reshape(time_and_batch)
     return self.loss(logits[:-1], values, batch)

@@ -41,7 +41,8 @@ from podracer.components.replay import importance_weights
 from podracer.learning import (Objective, TargetState, gradient_step, update_target,
                                with_target)
 from podracer.registry.ranges import NonNegative, Positive, Probability
-from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
+from podracer.types import (ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory,
+                            action_mask)
 
 SEARCHES = ("gumbel", "muzero")
 BOOTSTRAPS = ("search", "target")
@@ -134,6 +135,8 @@ def unroll_targets(items: Trajectory, start: jax.Array, value_target: jax.Array,
 class MuZero(Agent):
   """MuZero: a learned model searched with mctx; see the module docstring."""
 
+  action_masks = True  # The search's root never expands an illegal action (mctx).
+
   def __init__(self, spec: EnvSpec, network: MuZeroNetwork,
                optimizer: optax.GradientTransformation, replay: Any,
                search: str = "gumbel", num_simulations: int = 16,
@@ -222,14 +225,16 @@ class MuZero(Agent):
     """The search's policy output for a batch of observations; `explore=False` is the
     evaluation policy (no Gumbel or Dirichlet noise, the best action)."""
     root = self._root(params, observation)
+    mask = action_mask(observation)
+    invalid = None if mask is None else ~mask
     if self.search == "gumbel":
       return mctx.gumbel_muzero_policy(
-          params, key, root, self._recurrent, self.num_simulations,
+          params, key, root, self._recurrent, self.num_simulations, invalid_actions=invalid,
           qtransform=mctx.qtransform_completed_by_mix_value,
           max_num_considered_actions=self.max_num_considered_actions,
           gumbel_scale=1.0 if explore else 0.0)
     return mctx.muzero_policy(
-        params, key, root, self._recurrent, self.num_simulations,
+        params, key, root, self._recurrent, self.num_simulations, invalid_actions=invalid,
         dirichlet_fraction=self.dirichlet_fraction if explore else 0.0,
         dirichlet_alpha=self.dirichlet_alpha, temperature=1.0 if explore else 0.0)
 

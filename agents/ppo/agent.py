@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from podracer import registry
-from podracer.agent import Agent, greedy
+from podracer.agent import Agent, greedy, legal
 from podracer.components.losses import (PolicyGradientBatch, categorical_log_prob,
                                         policy_gradient_batch)
 from podracer.contracts import actor_critic_outputs
@@ -26,6 +26,8 @@ from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
 @registry.agents.register("ppo")
 class PPO(Agent):
   """PPO with GAE, several epochs of minibatch updates per trajectory batch."""
+
+  action_masks = True  # `legal` logits: illegal actions are never sampled.
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
                optimizer: optax.GradientTransformation,
@@ -52,13 +54,15 @@ class PPO(Agent):
 
   def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
     out = self.network.apply(nets, timestep.observation)
-    action = jax.random.categorical(key, out.logits).astype(jnp.int32)
-    extras = dict(log_prob=categorical_log_prob(out.logits, action), value=out.value)
+    logits = legal(out.logits, timestep.observation)
+    action = jax.random.categorical(key, logits).astype(jnp.int32)
+    extras = dict(log_prob=categorical_log_prob(logits, action), value=out.value)
     return ActorOutput(action, extras), actor_state
 
   def eval_act(self, nets, actor_state, timestep: TimeStep, key):
     del key  # Greedy.
-    return greedy(self.network.apply(nets, timestep.observation).logits), actor_state
+    logits = self.network.apply(nets, timestep.observation).logits
+    return greedy(legal(logits, timestep.observation)), actor_state
 
   def observe(self, experience, trajectory: Trajectory) -> Trajectory:
     del experience  # On-policy: learn from the newest trajectory only.
@@ -74,4 +78,4 @@ class PPO(Agent):
   def _loss(self, nets, minibatch: PolicyGradientBatch, key):
     del key
     out = self.network.apply(nets, minibatch.observation)
-    return self.loss(out.logits, out.value, minibatch)
+    return self.loss(legal(out.logits, minibatch.observation), out.value, minibatch)

@@ -25,17 +25,19 @@ import numpy as np
 import optax
 
 from podracer import registry
-from podracer.agent import Agent, dummy_observation
+from podracer.agent import Agent, dummy_observation, legal
 from podracer.components.losses import QLambdaLoss
 from podracer.learning import Objective, minibatch_epochs
 from podracer.off_policy import epsilon_greedy_actions
 from podracer.registry.ranges import Fraction, NonNegative, Positive, Probability
-from podracer.types import ActorOutput, EnvSpec, TimeStep, Trajectory
+from podracer.types import ActorOutput, EnvSpec, TimeStep, Trajectory, action_mask
 
 
 @registry.agents.register("pqn")
 class PQN(Agent):
   """Epsilon-greedy acting; Q(lambda) regression in minibatch epochs over each rollout."""
+
+  action_masks = True  # Acting, argmax and the lambda-returns' max over legal actions.
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: QLambdaLoss,
                optimizer: optax.GradientTransformation, total_updates: int,
@@ -83,15 +85,18 @@ class PQN(Agent):
     return self.eps_start + (self.eps_finish - self.eps_start) * done
 
   def act(self, nets, actor_state, timestep: TimeStep, key):
-    q = self.network.apply(nets["q"], timestep.observation)
-    action = epsilon_greedy_actions(q, self.epsilon(nets["updates"]), key)
+    q = legal(self.network.apply(nets["q"], timestep.observation), timestep.observation)
+    action = epsilon_greedy_actions(q, self.epsilon(nets["updates"]), key,
+                                    action_mask(timestep.observation))
     extras = dict(q_values=q) if self.acting_q_targets else {}
     return ActorOutput(action, extras), actor_state
 
   def eval_act(self, nets, actor_state, timestep: TimeStep, key):
     """Greedy (`eval_epsilon` 0, the default), else epsilon-greedy at that rate."""
     q = self.network.apply(nets["q"], timestep.observation)
-    return ActorOutput(epsilon_greedy_actions(q, self.eval_epsilon, key), {}), actor_state
+    action = epsilon_greedy_actions(q, self.eval_epsilon, key,
+                                    action_mask(timestep.observation))
+    return ActorOutput(action, {}), actor_state
 
   def observe(self, experience, trajectory: Trajectory) -> Trajectory:
     del experience  # No replay: learn from the newest rollout only.
@@ -122,7 +127,7 @@ class PQN(Agent):
     observation = experience.timestep.observation
     steps, batch = experience.action.shape[:2]
     flat = jax.tree.map(lambda x: x.reshape(steps * batch, *x.shape[2:]), observation)
-    return self.network.apply(nets["q"], flat).reshape(steps, batch, -1)
+    return legal(self.network.apply(nets["q"], flat), flat).reshape(steps, batch, -1)
 
   def _loss(self, nets, minibatch, key):
     del key

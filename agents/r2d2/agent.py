@@ -21,13 +21,15 @@ import jax.numpy as jnp
 import optax
 
 from podracer import registry
+from podracer.agent import legal
 from podracer.components.losses import QLearningLoss
 from podracer.components.networks import RecurrentQNetwork
 from podracer.learning import Objective
 from podracer.off_policy import (QActorState, QLearningAgent, epsilon_greedy, eval_exploration,
                                  init_exploration)
 from podracer.registry.ranges import NonNegative, Probability
-from podracer.types import ActorOutput, EnvSpec, StepType, TimeStep, Trajectory
+from podracer.types import (ActorOutput, EnvSpec, StepType, TimeStep, Trajectory,
+                            action_mask)
 
 # R2D2's actor state: the LSTM state before acting on the current timestep (`core`),
 # each environment's exploration rate (Ape-X's) and its steps so far.
@@ -99,7 +101,8 @@ class R2D2(QLearningAgent):
     q, core = self.network.step(nets, timestep.observation, actor_state.core,
                                 timestep.step_type == StepType.FIRST)
     action, actor_state = epsilon_greedy(q, actor_state._replace(core=core), key,
-                                         self.epsilon_anneal_steps)
+                                         self.epsilon_anneal_steps,
+                                         action_mask(timestep.observation))
     return ActorOutput(action, {}), actor_state
 
   # -- experience ------------------------------------------------------------------
@@ -133,6 +136,7 @@ class R2D2(QLearningAgent):
     q, _ = self.network.unroll(params, rest, burned_in(params), reset[burn:])
     target_q, _ = self.network.unroll(target_params, rest, burned_in(target_params),
                                       reset[burn:])
+    q, target_q = legal(q, rest), legal(target_q, rest)
     action = time_major(items.action)[burn:]
     return self.q_loss(q, target_q, jax.tree.map(lambda x: x[burn:], timestep), action,
                        weights, self.discount)

@@ -45,6 +45,7 @@ RUN_KEYS = {
     "log": "podracer/logs/metrics.py",  # log.progress_metrics
     "eval_interval": "podracer/lifecycle/evaluation.py",
     "eval_episodes": "podracer/lifecycle/evaluation.py",
+    "eval_video": "podracer/lifecycle/video.py",
     "num_runs": "podracer/config/runs.py",
     "sweep": "podracer/config/runs.py",
     "population": "podracer/runtimes/population.py",

@@ -55,6 +55,10 @@ def check_config(config: Any) -> None:
   if isinstance(every, bool) or not isinstance(every, int) or every < 0:
     raise ConfigError(f"Config key `eval_interval` is the number of env steps between "
                       f"evaluations, an integer >= 0 (0: none), got {every!r}.")
+  episodes = config.get("eval_video", 0)
+  if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 0:
+    raise ConfigError(f"Config key `eval_video` is the number of evaluation episodes to "
+                      f"record as a video, an integer >= 0 (0: none), got {episodes!r}.")
   # Imports JAX: keep the file check above fast.
   from podracer.lifecycle.guards import NAN_POLICIES  # pylint: disable=import-outside-toplevel
   policy = config.get("nan_policy", "stop")

@@ -82,17 +82,19 @@ def previous_records(workdir: str) -> int:
 
 
 # What may change between a run and its resumption.
-RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics")  # Budget; display.
+RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics",  # Budget; display;
+                     "eval_video")                                 # what is watched.
 # Keys a later version added to every config, at the value that behaves as before: a
 # workdir whose config.json lacks one resumes (0.11.0: population-based training).
 ADDED_KEYS = {"population.kind": "none", "population.interval": None,
               "population.truncation": 0.25, "population.fitness": "episode_return",
               "population.explore": "perturb",
-              "population.perturb_factors": [0.8, 1.25], "schedule_from": None}
+              "population.perturb_factors": [0.8, 1.25], "schedule_from": None,
+              "eval_video": 0}  # 0.12.0
 
 
-# Outputs of some runtimes (SEED's worker logs and server address).
-OTHER_OUTPUTS = ("workers", "seed_address")
+# Outputs of some runtimes (SEED's worker logs and server address) and of `eval_video`.
+OTHER_OUTPUTS = ("workers", "seed_address", "videos")
 
 
 def prepare(workdir: Optional[str], fresh: bool = False,

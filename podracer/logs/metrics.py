@@ -173,6 +173,14 @@ class MetricsLogger:
       self.disk_failed = True
       raise
 
+  def write_video(self, tag: str, video: Any, step: int) -> None:
+    """Hands a recorded video (`base.Video`) to every logger that shows videos."""
+    if self.disk_failed:
+      return
+    for logger in self._loggers.values():
+      with disk.writing(logger.what, logger.where):
+        logger.write_video(tag, video, step)
+
   def format(self, record: Dict[str, Any]) -> str:
     steps = f"{record['env_steps']:,}"
     if self.total_env_steps:

@@ -75,6 +75,16 @@ class TensorBoardWriter:
           and not isinstance(value, bool) and math.isfinite(value)):
         self._writer.add_scalar(name, value, global_step=step)
 
+  def write_gif(self, tag: str, video: Any, step: int) -> None:
+    """An animated GIF as an image summary: TensorBoard's images dashboard plays it
+    (what tensorboardX's add_video writes, without moviepy)."""
+    from tensorboardX.proto.summary_pb2 import Summary  # pylint: disable=import-outside-toplevel
+    _, height, width, channels = video.shape
+    image = Summary.Image(height=height, width=width, colorspace=channels,
+                          encoded_image_string=video.gif)
+    summary = Summary(value=[Summary.Value(tag=tag, image=image)])
+    self._writer.file_writer.add_summary(summary, global_step=step)
+
   def flush(self) -> None:
     self._writer.flush()
     _raise_thread_failure()
@@ -193,6 +203,11 @@ class TensorBoardLogger(Logger):
   def write(self, record: Dict[str, Any]) -> None:
     if self._writer is not None:
       self._writer.write(record)
+
+  def write_video(self, tag: str, video: Any, step: int) -> None:
+    """Into run 0's events (of many runs, run_0/): run 0 is what was recorded."""
+    if self._writer is not None:
+      getattr(self._writer, "writers", [self._writer])[0].write_gif(tag, video, step)
 
   def close(self) -> None:
     if self._writer is not None:

@@ -61,6 +61,10 @@ class WandbLogger(Logger):
               and not isinstance(v, bool)}
     self._runs[record.get("run", 0)].log(values, step=int(record["env_steps"]))
 
+  def write_video(self, tag: str, video: Any, step: int) -> None:
+    import wandb  # pylint: disable=import-outside-toplevel
+    self._runs[0].log({tag: wandb.Video(video.path)}, step=step)
+
   def close(self) -> None:
     for run in self._runs:
       run.finish()

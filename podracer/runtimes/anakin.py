@@ -24,7 +24,7 @@ from podracer import mesh as mesh_lib, registry, trajectories
 from podracer.config.runs import Runs
 from podracer.agent import Agent
 from podracer.components.environments.base import VectorEnv, VectorEnvState
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, EnvironmentStepError
 from podracer.experience import host_replay
 from podracer.lifecycle.memory import check_device_fits, tree_bytes
 from podracer.logs.metrics import RateMeter, Window, device_counts, episode_sums, warming_up
@@ -405,6 +405,10 @@ class Anakin(Runtime):
     return lambda state, env_steps: [float(x) for x in play(
         self.per_run(state.agent.nets), self.hparams_now(state), evaluation.key(env_steps))]
 
+  def saved_state(self, checkpointer: Any) -> AnakinState:
+    """The latest checkpoint's state, laid on this run's mesh (podracer.play)."""
+    return self._resume(self.init(), checkpointer)[0]
+
   def _resume(self, state: AnakinState, checkpointer: Optional[Any]):
     """(state, first call): the latest checkpoint's, if any, else `state` and 0."""
     if checkpointer is None or checkpointer.latest() is None:
@@ -440,6 +444,8 @@ class Anakin(Runtime):
           state, metrics, episodes = self.step(state)
           records.write(logger, call, started, state, metrics, episodes,
                         compile_step=(call == first_call))
+          if self.env.problem:  # Its steps' host checks ran before their records came.
+            raise EnvironmentStepError(f"Anakin's environments stepped {self.env.problem}.")
           done = call + 1
           # Over several processes all agree here whether to save and stop (SIGTERM).
           if checkpointer is not None and checkpointer.maybe_save(

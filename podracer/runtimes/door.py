@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+ACTION_MASK = "action_mask"  # podracer.types.ACTION_MASK, without importing JAX here.
 
 STEP_TYPES = (0, 1, 2)  # dm_env's FIRST, MID, LAST
 _ONE_BITS = int(np.array(1.0, np.float32).view(np.uint32))
@@ -73,6 +75,16 @@ def step_problem(step_type: np.ndarray, reward: np.ndarray, discount: np.ndarray
   return None
 
 
+def mask_problem(step_type: np.ndarray, mask: np.ndarray) -> Optional[str]:
+  """None when every environment that will act on this step (all but LAST ones) has a
+  legal action in its action mask [B, A], else which one has none."""
+  empty = ~np.asarray(mask).reshape(len(mask), -1).any(axis=1) & (np.asarray(step_type) != 2)
+  if not empty.any():
+    return None
+  return (f"an action mask with no legal action from environment {_first_bad(empty)} "
+          "(its agent would have nothing to choose)")
+
+
 def statistics_problem(sums: np.ndarray) -> Optional[str]:
   """None for good episode statistics [episodes, return sum, length sum, ...], else what
   is wrong: non-finite anywhere, or a negative episode count or length."""
@@ -94,7 +106,9 @@ def timestep_problem(timestep: Any) -> Optional[str]:
   else:
     import jax  # pylint: disable=import-outside-toplevel
     leaves = [np.asarray(x) for x in jax.tree.leaves(observation)]
-  return step_problem(timestep.step_type, timestep.reward, timestep.discount, leaves)
+  mask = observation.get(ACTION_MASK) if isinstance(observation, Mapping) else None
+  return (step_problem(timestep.step_type, timestep.reward, timestep.discount, leaves)
+          or (None if mask is None else mask_problem(timestep.step_type, mask)))
 
 
 class Door:
@@ -102,7 +116,10 @@ class Door:
   statistics] on a message's raw bytes: views, no copies, one reduction per contiguous
   run of float32 arrays; `problem(payload, arrays)` names what is wrong, if anything."""
 
-  def __init__(self, arrays: Sequence[Tuple[Sequence[int], np.dtype]]):
+  def __init__(self, arrays: Sequence[Tuple[Sequence[int], np.dtype]],
+               mask_leaf: Optional[int] = None):
+    # `mask_leaf`: which observation leaf is the action mask, if any.
+    self.mask = None if mask_leaf is None else 3 + mask_leaf
     sizes = [int(np.prod(shape, dtype=np.int64)) for shape, _ in arrays]
     offsets = np.cumsum([0] + [n * np.dtype(d).itemsize for n, (_, d) in zip(sizes, arrays)])
     self.envs, self.offsets, self.sizes = sizes[0], offsets, sizes
@@ -133,7 +150,8 @@ class Door:
 
   def problem(self, payload: bytes, arrays: List[np.ndarray]) -> Optional[str]:
     """None for a good message (`arrays`: its unpacked arrays), else what is wrong."""
+    masked = None if self.mask is None else mask_problem(arrays[0], arrays[self.mask])
     if self._fine(payload):
-      return None
+      return masked
     return (step_problem(arrays[0], arrays[1], arrays[2], arrays[3:-1])
-            or statistics_problem(arrays[-1]))
+            or statistics_problem(arrays[-1]) or masked)

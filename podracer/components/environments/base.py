@@ -9,12 +9,13 @@ step after LAST (dm_env's and EnvPool's convention) and report true episode stat
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from podracer.types import EnvSpec, EpisodeStats, PyTree, StepType, TimeStep
+from podracer.types import EnvSpec, EpisodeStats, PyTree, StepType, TimeStep, action_mask
 
 
 class Environment(abc.ABC):
@@ -35,6 +36,20 @@ class Environment(abc.ABC):
   @abc.abstractmethod
   def spec(self) -> EnvSpec:
     """Observation and action specs of a single environment."""
+
+
+def upscale(image: jax.Array, scale: int) -> jax.Array:
+  """An image [H, W, C] with each pixel a `scale` x `scale` block."""
+  return jnp.repeat(jnp.repeat(image, scale, axis=0), scale, axis=1)
+
+
+def as_frame(image: jax.Array) -> jax.Array:
+  """A rendered image as a video frame: uint8 [H, W, 3] (floats in [0, 1] or [0, 255])."""
+  if image.dtype == jnp.uint8:
+    return image
+  image = image.astype(jnp.float32)
+  scale = jnp.where(jnp.max(image) <= 1.0, 255.0, 1.0)
+  return jnp.clip(image * scale, 0, 255).astype(jnp.uint8)
 
 
 def restart(observation: PyTree) -> TimeStep:
@@ -71,9 +86,22 @@ class VectorEnv:
                       "environments can be compiled into a VectorEnv.")
     self.env = env
     self.num_envs = num_envs
+    # A masked environment's steps are checked on the host as they are made (a callback
+    # that only records): the first step that left an environment no legal action, said.
+    self.problem: Optional[str] = None
 
   def spec(self) -> EnvSpec:
     return self.env.spec()
+
+  def _check_masks(self, step_type: np.ndarray, mask: np.ndarray) -> None:
+    """Records the first environment whose mask has no legal action at a step it acts
+    on (any but LAST); [..., B] and [..., B, A] from any number of runs."""
+    empty = ~np.asarray(mask).any(axis=-1) & (np.asarray(step_type) != StepType.LAST)
+    if self.problem is None and empty.any():
+      where = np.unravel_index(int(np.argmax(empty)), empty.shape)
+      run = f" of run {where[0]}" if len(where) > 1 else ""
+      self.problem = (f"an action mask with no legal action from environment {where[-1]}"
+                      f"{run} ({self.env!r}): its agent would have nothing to choose")
 
   def reset(self, key: jax.Array) -> Tuple[VectorEnvState, TimeStep]:
     """Starts `num_envs` episodes from `key`: the batch's state and FIRST timesteps [B]."""
@@ -89,7 +117,11 @@ class VectorEnv:
     """Steps each environment with its action [B]; one whose last timestep was LAST
     starts a new episode instead (FIRST, reward 0, discount 1, its action ignored).
     Returns the new state, timesteps [B] and true episode statistics [B]."""
-    return jax.vmap(self._step_one)(state, action)
+    state, timestep, stats = jax.vmap(self._step_one)(state, action)
+    mask = action_mask(timestep.observation)
+    if mask is not None:
+      jax.debug.callback(self._check_masks, timestep.step_type, mask)
+    return state, timestep, stats
 
   def _step_one(self, state: VectorEnvState, action):
     reset_key, next_key = jax.random.split(state.key)

@@ -79,5 +79,23 @@ class CartPole(Environment):
     return EnvSpec(observation=ArraySpec((4,), np.float32, "observation"),
                    action=DiscreteSpec(2))
 
+  def render(self, state: CartPoleState) -> jax.Array:
+    """A 120 x 240 picture as Gymnasium draws it: the track, the cart, the pole."""
+    height, width = 120, 240
+    scale = width / (2 * self.x_threshold)
+    ys, xs = jnp.mgrid[0:height, 0:width].astype(jnp.float32)
+    cart_x, cart_y = width / 2 + state.x * scale, 90.0
+    cart = (jnp.abs(xs - cart_x) <= 12) & (jnp.abs(ys - cart_y) <= 6)
+    tip_x = cart_x + jnp.sin(state.theta) * 2 * self.length * scale
+    tip_y = cart_y - jnp.cos(state.theta) * 2 * self.length * scale
+    # Distance from each pixel to the pole's segment.
+    dx, dy = tip_x - cart_x, tip_y - cart_y
+    u = jnp.clip(((xs - cart_x) * dx + (ys - cart_y) * dy) / (dx * dx + dy * dy), 0.0, 1.0)
+    pole = jnp.hypot(xs - cart_x - u * dx, ys - cart_y - u * dy) <= 2.5
+    image = jnp.full((height, width, 3), 255, jnp.uint8)
+    image = jnp.where((jnp.abs(ys - cart_y - 6) < 1)[..., None], jnp.uint8(0), image)
+    image = jnp.where(cart[..., None], jnp.uint8(0), image)
+    return jnp.where(pole[..., None], jnp.array([202, 152, 101], jnp.uint8), image)
+
   def _observation(self, state: CartPoleState) -> jax.Array:
     return jnp.stack([state.x, state.x_dot, state.theta, state.theta_dot]).astype(jnp.float32)

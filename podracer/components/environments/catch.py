@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
-from podracer.components.environments.base import Environment, restart, transition
+from podracer.components.environments.base import Environment, restart, transition, upscale
 from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, TimeStep
 
 
@@ -56,6 +56,13 @@ class Catch(Environment):
     return EnvSpec(observation=ArraySpec((self.rows, self.columns), np.float32, "board"),
                    action=DiscreteSpec(3))
 
+  def render(self, state: CatchState) -> jax.Array:
+    """The board, 16 pixels a cell: the ball orange, the paddle white."""
+    image = jnp.zeros((self.rows, self.columns, 3), jnp.uint8) + jnp.uint8(30)
+    image = image.at[state.ball_y, state.ball_x].set(jnp.array([255, 140, 0], jnp.uint8))
+    image = image.at[self.rows - 1, state.paddle_x].set(jnp.uint8(240))
+    return upscale(image, 16)
+
   def _observation(self, state: CatchState) -> jax.Array:
     board = jnp.zeros((self.rows, self.columns), jnp.float32)
     board = board.at[state.ball_y, state.ball_x].set(1.0)
@@ -95,6 +102,9 @@ class PixelCatch(Environment):
     catch, timestep = self.catch.step(state.catch, action)
     frames = jnp.concatenate([state.frames[1:], self._render(timestep.observation)[None]])
     return PixelCatchState(catch, frames), timestep._replace(observation=frames)
+
+  def render(self, state: PixelCatchState) -> jax.Array:
+    return self.catch.render(state.catch)
 
   def spec(self) -> EnvSpec:
     return EnvSpec(observation=ArraySpec((self.stack, *self._frame_shape), np.uint8, "frames"),

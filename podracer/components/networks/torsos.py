@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer.components.networks.conv import Conv2D
-from podracer.types import ArraySpec
+from podracer.types import ArraySpec, PyTree, observation_features
 
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
@@ -32,7 +32,12 @@ def _orthogonal(scale: float = np.sqrt(2)) -> hk.initializers.Initializer:
 
 
 def preprocess_image(x: jax.Array, channels_first: bool) -> jax.Array:
-  """[B, C, H, W] or [B, H, W, C] pixels -> float32 [B, H, W, C]; uint8 scaled to [0, 1]."""
+  """[B, C, H, W] or [B, H, W, C] pixels -> float32 [B, H, W, C]; uint8 scaled to [0, 1].
+  An observation with an action mask gives its image ({"pixels": x, "action_mask": m})."""
+  x = observation_features(x)
+  if not hasattr(x, "ndim"):
+    raise ValueError("Image torsos take one image per observation, got a structured "
+                     f"observation with entries {sorted(x)}.")
   if x.ndim != 4:
     raise ValueError(f"Image torsos take a batch of images [B, H, W, C] or [B, C, H, W], "
                      f"got shape {x.shape}.")
@@ -56,12 +61,21 @@ class MLP(hk.Module):
     self._activation = activation_fn(activation)
     self._layer_norm = layer_norm
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    x = jnp.reshape(x, (x.shape[0], -1)).astype(jnp.float32)
+  def __call__(self, x: PyTree) -> jax.Array:
+    x = flat_features(x)
     for i, size in enumerate(self._hidden_sizes):
       x = hk.Linear(size, w_init=_orthogonal(), name=f"linear_{i}")(x)
       x = self._activation(normalized(x, self._layer_norm, f"layer_norm_{i}"))
     return x
+
+
+def flat_features(observation: PyTree) -> jax.Array:
+  """A batch of observations [B, ...], or a tree of them (dicts: Jumanji's, Craftax's),
+  as float32 [B, F]: every leaf but the action mask flattened, concatenated in the
+  tree's order."""
+  leaves = jax.tree.leaves(observation_features(observation))
+  flat = [jnp.reshape(x, (x.shape[0], -1)).astype(jnp.float32) for x in leaves]
+  return flat[0] if len(flat) == 1 else jnp.concatenate(flat, axis=-1)
 
 
 def normalized(x: jax.Array, layer_norm: bool, name: str) -> jax.Array:
@@ -214,7 +228,7 @@ def check_image_torso(spec, torso: str, network: str) -> None:
   if torso not in ATARI_TORSOS:
     raise ValueError(f"Unknown torso {torso!r} for network '{network}'; options: "
                      f"{', '.join(sorted(ATARI_TORSOS))}.")
-  observation = getattr(spec, "observation", None)
+  observation = observation_features(getattr(spec, "observation", None))
   if isinstance(observation, ArraySpec) and len(observation.shape) != 3:
     raise ValueError(f"Network '{network}' needs image observations of rank 3 "
                      f"([C, H, W] or [H, W, C]), got shape {tuple(observation.shape)}.")

@@ -27,6 +27,7 @@ from podracer.runtimes.sebulba.host import HostRuntime, LearnerOptions
 from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound
 from podracer.runtimes.sebulba.paths import data_path
 from podracer.runtimes.seed.server import InferenceServer, Seats
+from podracer.types import action_mask
 from podracer.runtimes.seed.workers import LocalWorkers, describe, tail
 
 ADDRESS_FILE = "seed_address"
@@ -238,6 +239,12 @@ class Seed(HostRuntime):
                 observation_tree=jax.tree.structure(self.spec.observation,
                                                     is_leaf=lambda x: hasattr(x, "dtype")))
 
+  def _mask_leaf(self) -> Optional[int]:
+    """Which observation leaf of a STEP is the action mask, if the observation has one."""
+    leaves, tree = jax.tree.flatten(self.spec.observation,
+                                   is_leaf=lambda x: hasattr(x, "dtype"))
+    return action_mask(jax.tree.unflatten(tree, range(len(leaves))))
+
   def step_layout(self) -> transport.Layout:
     bw = self.options.envs_per_worker
     leaves = jax.tree.leaves(self.spec.observation, is_leaf=lambda x: hasattr(x, "dtype"))
@@ -260,7 +267,7 @@ class Seed(HostRuntime):
         timeout_ms=options.inference_timeout_ms,
         # None without a learner (`run_actors`): the parameters never change there.
         max_policy_lag=None if lag_bound is None else lag_bound.max_lag,
-        welcome=welcome, step_layout=self.step_layout(),
+        welcome=welcome, step_layout=self.step_layout(), mask_leaf=self._mask_leaf(),
         action_layout=transport.Layout(welcome["action"]),
         seed=self.seed + 7_919 * restart, worker_timeout=options.worker_timeout,
         secret=self.secret or (auth.new_secret() if self.own_secret else None))

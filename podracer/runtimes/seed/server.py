@@ -186,7 +186,8 @@ class InferenceServer:
                rollout_length: int, batch_size: int, timeout_ms: Optional[float],
                max_policy_lag: Optional[int], welcome: Dict[str, Any],
                step_layout: transport.Layout, action_layout: transport.Layout,
-               seed: int, worker_timeout: float, secret: Optional[bytes] = None):
+               seed: int, worker_timeout: float, secret: Optional[bytes] = None,
+               mask_leaf: Optional[int] = None):
     self.agent, self.devices, self.store, self.output, self.seats = (
         agent, devices, store, output, seats)
     self.num_workers, self.envs_per_worker = num_workers, envs_per_worker
@@ -194,7 +195,7 @@ class InferenceServer:
     self.timeout = None if not timeout_ms else timeout_ms / 1000
     self.max_policy_lag, self.welcome, self.seed = max_policy_lag, welcome, seed
     self.step_layout, self.action_layout = step_layout, action_layout
-    self.door = door.Door(step_layout.arrays)  # Each STEP checked before it is queued.
+    self.door = door.Door(step_layout.arrays, mask_leaf)  # Each STEP checked before queuing.
     self.worker_timeout, self.secret = worker_timeout, secret
     self.num_slots = num_workers * envs_per_worker
     self.lock = threading.Lock()

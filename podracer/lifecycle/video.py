@@ -1,0 +1,114 @@
+"""Watching an agent play: its evaluation policy's episodes as a video.
+
+An environment that renders has `render(state) -> uint8 [H, W, 3]` (CartPole, Catch,
+PixelCatch, Navix, XLand-MiniGrid, Craftax); `record` plays `episodes` episodes of one
+environment with `Agent.eval_act` in one jitted `lax.scan`, rendering every state, and
+`write` encodes the frames: MP4 where imageio finds ffmpeg (imageio-ffmpeg), GIF
+otherwise (Pillow, which matplotlib brings). `--config.eval_video=N` writes N episodes
+into `WORKDIR/videos/` at the end of an Anakin run (and into TensorBoard and W&B, where
+those loggers are on); `python -m podracer.play --workdir=RUN` does it for a saved run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from podracer.errors import ConfigError
+from podracer.types import StepType
+
+FPS = 10
+
+
+def renders(env: Any) -> bool:
+  return callable(getattr(env, "render", None))
+
+
+def check_renders(env: Any, what: str) -> None:
+  """A ConfigError, one line, for an environment that cannot be watched."""
+  if not renders(env):
+    raise ConfigError(
+        f"{what}: environment {env!r} does not render (no `render(state)`), so it cannot "
+        f"be watched. Environments that render: cartpole, catch, pixel_catch, navix, "
+        f"xminigrid, craftax.")
+
+
+def record(agent: Any, env: Any, nets: Any, key: jax.Array, episodes: int,
+           max_steps: int = 2_000) -> np.ndarray:
+  """Frames uint8 [T, H, W, 3] of `episodes` whole episodes of the evaluation policy, each
+  from its reset to its last state (fewer if `max_steps` steps end first)."""
+  frames, step_type = _play(agent, env, nets, key, max_steps)
+  frames, step_type = np.asarray(frames), np.asarray(step_type)
+  ends = np.flatnonzero(step_type == StepType.LAST)
+  # Frame t is the state step t acted on; the frame after a LAST step shows the end.
+  stop = int(ends[episodes - 1]) + 2 if len(ends) >= episodes else len(frames)
+  return frames[:stop]
+
+
+def _play(agent, env, nets, key, max_steps):
+  @jax.jit
+  def play(nets, key):
+    reset_key, actor_key, key = jax.random.split(key, 3)
+    env_state, timestep = env.reset(reset_key)
+    actor = agent.init_eval_actor(actor_key, 1)
+
+    def step(carry, key):
+      env_state, timestep, actor = carry
+      frame = env.render(env_state)
+      act_key, reset_key = jax.random.split(key)
+      batched = jax.tree.map(lambda x: x[None], timestep)
+      out, actor = agent.eval_act(nets, actor, batched, act_key)
+      stepped = env.step(env_state, out.action[0])
+      restarted = env.reset(reset_key)
+      last = timestep.step_type == StepType.LAST
+      env_state, timestep = jax.tree.map(lambda a, b: jnp.where(last, a, b), restarted,
+                                         stepped)
+      return (env_state, timestep, actor), (frame, timestep.step_type)
+
+    return jax.lax.scan(step, (env_state, timestep, actor),
+                        jax.random.split(key, max_steps))[1]
+  return play(nets, key)
+
+
+def encode(frames: np.ndarray, fmt: str, fps: int = FPS) -> bytes:
+  """The frames as a GIF's or an MP4's bytes."""
+  import imageio.v3 as iio  # pylint: disable=import-outside-toplevel
+  frames = np.asarray(frames, np.uint8)
+  if fmt == "gif":
+    return iio.imwrite("<bytes>", list(frames), extension=".gif",
+                       duration=1000 / fps, loop=0)
+  return iio.imwrite("<bytes>", frames, extension=".mp4", fps=fps, plugin="FFMPEG")
+
+
+def has_ffmpeg() -> bool:
+  try:
+    import imageio_ffmpeg  # pylint: disable=import-outside-toplevel
+    return bool(imageio_ffmpeg.get_ffmpeg_exe())
+  except (ImportError, RuntimeError):
+    return False
+
+
+def write(path_without_suffix: str, frames: np.ndarray, fps: int = FPS,
+          fmt: Optional[str] = None) -> str:
+  """Writes `frames` as PATH.mp4 (ffmpeg found) or PATH.gif; returns the path."""
+  fmt = fmt or ("mp4" if has_ffmpeg() else "gif")
+  path = f"{path_without_suffix}.{fmt}"
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  data = encode(frames, fmt, fps)
+  with open(path, "wb") as f:
+    f.write(data)
+  return path
+
+
+def gif_summary(tag: str, frames: np.ndarray, fps: int = FPS) -> Any:
+  """A TensorBoard image summary whose image is an animated GIF (what TensorBoard's
+  image dashboard plays, and what tensorboardX's add_video writes through moviepy)."""
+  from tensorboardX.proto.summary_pb2 import Summary  # pylint: disable=import-outside-toplevel
+  _, height, width, channels = np.shape(frames)
+  image = Summary.Image(height=height, width=width, colorspace=channels,
+                        encoded_image_string=encode(frames, "gif", fps))
+  return Summary(value=[Summary.Value(tag=tag, image=image)])

@@ -1,0 +1,123 @@
+"""Watching an agent play: environments' renders, `record`, the written files decoded
+(frame counts and sizes), `eval_video` at the end of a run into the workdir and
+TensorBoard, `python -m podracer.play` on a saved run, and the refusals."""
+
+import glob
+import os
+import struct
+import subprocess
+import sys
+
+import imageio.v3 as iio
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from podracer import builder
+from podracer.components.environments import CartPole, Catch
+from podracer.errors import ConfigError
+from podracer.lifecycle import video
+from tests.learning import ROOT
+from tests.test_launch import launch
+
+
+def test_cartpole_draws_its_pole_where_the_angle_points():
+  env = CartPole()
+  state, _ = env.reset(jax.random.PRNGKey(0))
+  upright = np.asarray(env.render(state._replace(theta=jnp.float32(0.0))))
+  leaning = np.asarray(env.render(state._replace(theta=jnp.float32(0.2))))
+  assert upright.shape == (120, 240, 3) and upright.dtype == np.uint8
+  pole = lambda img: np.argwhere((img == [202, 152, 101]).all(-1))
+  # The tip (the pole's topmost pixels) moves right when the pole leans right.
+  top = lambda img: pole(img)[pole(img)[:, 0] == pole(img)[:, 0].min(), 1].mean()
+  assert top(leaning) > top(upright) + 5
+
+
+def _catch_experiment():
+  from agents.ppo.config import catch_anakin  # pylint: disable=import-outside-toplevel
+  c = catch_anakin()
+  c.topology.num_devices = 1
+  return builder.build(c)
+
+
+@pytest.mark.parametrize("fmt", ["gif", "mp4"])
+def test_record_plays_whole_episodes_and_the_file_decodes_to_them(tmp_path, fmt):
+  experiment = _catch_experiment()
+  runtime = experiment.runtime
+  nets = runtime.per_run(runtime.init().agent.nets)
+  frames = video.record(experiment.agent, Catch(), nets, jax.random.PRNGKey(0), 3)
+  # Catch lasts 9 steps: each episode is its reset, 8 more states and its last.
+  assert frames.shape == (30, 160, 80, 3) and frames.dtype == np.uint8
+  path = video.write(str(tmp_path / "catch"), frames, fmt=fmt)
+  assert path.endswith(f".{fmt}")
+  decoded = iio.imread(path, plugin="FFMPEG" if fmt == "mp4" else None)
+  assert decoded.shape[1:3] == (160, 80)
+  # GIF drops no frame here (consecutive Catch frames always differ: the ball falls).
+  assert len(decoded) == 30
+  if fmt == "gif":
+    np.testing.assert_array_equal(decoded[..., :3], frames)
+
+
+def test_without_ffmpeg_the_video_is_a_gif(tmp_path, monkeypatch):
+  monkeypatch.setattr(video, "has_ffmpeg", lambda: False)
+  frames = np.zeros((4, 8, 8, 3), np.uint8)
+  frames[np.arange(4), 0, np.arange(4)] = 255
+  assert video.write(str(tmp_path / "v"), frames).endswith("v.gif")
+
+
+def _tensorboard_images(workdir):
+  """(tag, height, width, GIF bytes' length, step) of every image summary."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  found = []
+  for path in glob.glob(str(workdir / "events*")):
+    data, at = open(path, "rb").read(), 0
+    while at < len(data):
+      size = struct.unpack("<Q", data[at:at + 8])[0]
+      event = event_pb2.Event.FromString(data[at + 12:at + 12 + size])
+      at += 16 + size
+      found += [(v.tag, v.image.height, v.image.width, len(v.image.encoded_image_string),
+                 event.step) for v in event.summary.value if v.HasField("image")]
+  return found
+
+
+@pytest.mark.slow
+def test_eval_video_at_the_end_of_a_run_and_play_from_its_checkpoint(tmp_path):
+  result = launch("--config=agents/ppo/config.py:catch_anakin", "--config.eval_video=2",
+                  "--config.total_env_steps=8192", f"--workdir={tmp_path}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "videos/final." in result.stdout and "2 episodes" in result.stdout
+  final = glob.glob(str(tmp_path / "videos" / "final.*"))
+  assert len(final) == 1
+  plugin = "FFMPEG" if final[0].endswith(".mp4") else None
+  assert iio.imread(final[0], plugin=plugin).shape == (20, 160, 80, 3)
+  images = _tensorboard_images(tmp_path)
+  assert [(tag, h, w, step) for tag, h, w, _, step in images] == [
+      ("eval_video", 160, 80, 8192)] and images[0][3] > 0
+
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # As a user runs it.
+  played = subprocess.run(
+      [sys.executable, "-m", "podracer.play", f"--workdir={tmp_path}", "--episodes=3",
+       "--format=gif"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  assert played.returncode == 0, played.stderr[-2000:]
+  assert iio.imread(tmp_path / "videos" / "play.gif").shape[:3] == (30, 160, 80)
+
+
+def test_play_without_a_run_is_one_line_and_exit_2(tmp_path):
+  played = subprocess.run([sys.executable, "-m", "podracer.play", f"--workdir={tmp_path}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert played.returncode == 2
+  assert "No run to play" in played.stderr and "Traceback" not in played.stderr
+
+
+def test_eval_video_refuses_what_it_cannot_watch():
+  from agents.ppo.config import cartpole_sebulba, minatar_anakin  # pylint: disable=import-outside-toplevel
+  c = minatar_anakin()
+  c.topology.num_devices = 1
+  c.eval_video = 1
+  with pytest.raises(ConfigError, match=r"eval_video.*does not render.*cartpole, catch"):
+    builder.build(c)
+  c = cartpole_sebulba()
+  c.eval_video = 1
+  with pytest.raises(ConfigError, match=r"`eval_video` records the end of an Anakin run"):
+    builder.build(c)
