@@ -2,7 +2,7 @@
 
 Two install lanes, each with a lock file used as pip constraints (see scripts/setup_env.sh):
 
-  default: pip install -c requirements/default.txt -e ".[test,jax-envs,wandb,meta,suites]"  (Python >= 3.11)
+  default: pip install -c requirements/default.txt -e ".[test,jax-envs,wandb,meta,suites,video]"  (Python >= 3.11)
   reverb:  pip install -c requirements/reverb.txt -e ".[reverb,test]"     (Python 3.11 only)
 
 The lower bounds below admit both lanes: the reverb lane holds JAX at 0.4.34 (the last
@@ -97,6 +97,9 @@ EXTRAS_REQUIRE = {
     "navix": ["navix>=0.7.4"],
     "pgx": ["pgx>=2.6.0"],
     "xminigrid": ["xminigrid>=0.9.3"],
+    # Videos of an agent playing (podracer/lifecycle/video.py): GIF through Pillow, MP4
+    # through imageio-ffmpeg's ffmpeg.
+    "video": ["imageio>=2.31", "imageio-ffmpeg>=0.5"],
     "suites": ["craftax>=1.6.1", "jumanji>=1.1.2", "navix>=0.7.4", "pgx>=2.6.0",
                "xminigrid>=0.9.3"],
 }

@@ -1,6 +1,7 @@
 """Watching an agent play: environments' renders, `record`, the written files decoded
 (frame counts and sizes), `eval_video` at the end of a run into the workdir and
-TensorBoard, `python -m podracer.play` on a saved run, and the refusals."""
+TensorBoard, `python -m podracer.play` on a saved run, and the refusals. imageio is the
+default lane's (extra `video`); the reverb lane selects none of these tests."""
 
 import glob
 import os
@@ -8,7 +9,6 @@ import struct
 import subprocess
 import sys
 
-import imageio.v3 as iio
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +43,7 @@ def _catch_experiment():
 
 @pytest.mark.parametrize("fmt", ["gif", "mp4"])
 def test_record_plays_whole_episodes_and_the_file_decodes_to_them(tmp_path, fmt):
+  import imageio.v3 as iio  # pylint: disable=import-outside-toplevel
   experiment = _catch_experiment()
   runtime = experiment.runtime
   nets = runtime.per_run(runtime.init().agent.nets)
@@ -83,6 +84,7 @@ def _tensorboard_images(workdir):
 
 @pytest.mark.slow
 def test_eval_video_at_the_end_of_a_run_and_play_from_its_checkpoint(tmp_path):
+  import imageio.v3 as iio  # pylint: disable=import-outside-toplevel
   result = launch("--config=agents/ppo/config.py:catch_anakin", "--config.eval_video=2",
                   "--config.total_env_steps=8192", f"--workdir={tmp_path}")
   assert result.returncode == 0, result.stderr[-2000:]

@@ -1,5 +1,6 @@
-"""PPO: agent (registered as "ppo") and configs."""
+"""PPO: agents (registered as "ppo" and, with an LSTM, "ppo_recurrent") and configs."""
 
 from agents.ppo.agent import PPO
+from agents.ppo.recurrent import RecurrentPPO
 
-__all__ = ["PPO"]
+__all__ = ["PPO", "RecurrentPPO"]

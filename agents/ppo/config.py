@@ -119,6 +119,38 @@ def craftax_anakin() -> config_dict.ConfigDict:
   return presets.anakin(c, num_envs_per_device=64, rollout_length=64, updates_per_call=4)
 
 
+def memory_anakin() -> config_dict.ConfigDict:
+  """Recurrent PPO (`ppo_recurrent`: an LSTM of 64) on POPGym's RepeatFirst, 4 symbols
+  over 8 steps: only memory scores above -0.31 (docs/agents.md); memory_ff_anakin is
+  the feed-forward baseline."""
+  c = _base()
+  c.total_env_steps = 100_000
+  c.env = presets.section("repeat_first", num_symbols=4, length=8)
+  c.agent.name = "ppo_recurrent"
+  c.network = presets.section("recurrent_actor_critic", hidden_sizes=(64,), activation="tanh",
+                              lstm_size=64)
+  c.optimizer.learning_rate = 1e-3
+  return presets.anakin(c, num_envs_per_device=32, rollout_length=32, updates_per_call=8)
+
+
+def memory_ff_anakin() -> config_dict.ConfigDict:
+  """memory_anakin's task and budget for feed-forward PPO (mlp_actor_critic 64x64)."""
+  c = memory_anakin()
+  c.agent.name = "ppo"
+  c.network = presets.section("mlp_actor_critic", hidden_sizes=(64, 64), activation="tanh")
+  return c
+
+
+def memory_sebulba() -> config_dict.ConfigDict:
+  """memory_anakin under Sebulba: the same agent on RepeatFirst stepped on the CPU
+  (the dm_env adapter), one actor thread of 32 environments."""
+  c = memory_anakin()
+  env = presets.section("dm_env",
+                        factory="podracer.components.environments.memory:RepeatFirstDmEnv",
+                        num_symbols=4, length=8)
+  return presets.sebulba(c, env, num_envs_per_actor=32, rollout_length=32)
+
+
 def cartpole_sebulba() -> config_dict.ConfigDict:
   """PPO on EnvPool's CartPole-v1, stepped on the CPU by Sebulba's actor threads.
 
@@ -185,7 +217,8 @@ CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "pixel_catch_anakin": pixel_catch_anakin, "minatar_anakin": minatar_anakin,
            "minatar_conv_anakin": minatar_conv_anakin, "navix_anakin": navix_anakin,
            "tictactoe_anakin": tictactoe_anakin, "snake_anakin": snake_anakin,
-           "craftax_anakin": craftax_anakin}
+           "craftax_anakin": craftax_anakin, "memory_anakin": memory_anakin,
+           "memory_ff_anakin": memory_ff_anakin, "memory_sebulba": memory_sebulba}
 
 
 get_config = presets.getter("PPO", CONFIGS, default="cartpole_anakin")

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, MissingPackage
 from podracer.types import StepType
 
 FPS = 10
@@ -29,7 +29,11 @@ def renders(env: Any) -> bool:
 
 
 def check_renders(env: Any, what: str) -> None:
-  """A ConfigError, one line, for an environment that cannot be watched."""
+  """A ConfigError, one line, for an environment that cannot be watched (or no imageio)."""
+  try:
+    require_imageio()
+  except MissingPackage as e:
+    raise ConfigError(f"{what}: {e}") from e
   if not renders(env):
     raise ConfigError(
         f"{what}: environment {env!r} does not render (no `render(state)`), so it cannot "
@@ -74,9 +78,19 @@ def _play(agent, env, nets, key, max_steps):
   return play(nets, key)
 
 
+def require_imageio() -> Any:
+  """imageio.v3, or a MissingPackage naming the extra that installs it."""
+  try:
+    import imageio.v3 as iio  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise MissingPackage("Videos need imageio: pip install -e \".[video]\" (the default "
+                         f"lane has it; the reverb lane does not) ({e}).") from e
+  return iio
+
+
 def encode(frames: np.ndarray, fmt: str, fps: int = FPS) -> bytes:
   """The frames as a GIF's or an MP4's bytes."""
-  import imageio.v3 as iio  # pylint: disable=import-outside-toplevel
+  iio = require_imageio()
   frames = np.asarray(frames, np.uint8)
   if fmt == "gif":
     return iio.imwrite("<bytes>", list(frames), extension=".gif",

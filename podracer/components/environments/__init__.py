@@ -1,7 +1,7 @@
 """Environments; importing this package registers them by name.
 
-JAX environments (`Environment`: CartPole, Catch, PixelCatch, Pendulum, MaskedBandit, and
-adapters of gymnax, Brax, Craftax, Jumanji, Navix, XLand-MiniGrid and Pgx, each suite
+JAX environments (`Environment`: CartPole, Catch, PixelCatch, Pendulum, MaskedBandit, RepeatFirst,
+and adapters of gymnax, Brax, Craftax, Jumanji, Navix, XLand-MiniGrid and Pgx, each suite
 imported when such an environment is built; batched by `VectorEnv`) run inside compiled programs; host environments (`HostEnvironment`:
 EnvPool, Gymnasium, dm_env) step on the CPU for the Sebulba runtime. EnvPool and
 Gymnasium are imported only when such an environment is built.
@@ -17,6 +17,7 @@ from podracer.components.environments.envpool_env import EnvPool
 from podracer.components.environments.gymnasium_env import Gymnasium
 from podracer.components.environments.gymnax_adapter import Gymnax
 from podracer.components.environments.masked import MaskedBandit, MaskedBanditDmEnv
+from podracer.components.environments.memory import RepeatFirst, RepeatFirstDmEnv
 from podracer.components.environments.pendulum import Pendulum
 from podracer.components.environments.craftax_adapter import Craftax
 from podracer.components.environments.jumanji_adapter import Jumanji
@@ -29,4 +30,4 @@ __all__ = ["Environment", "VectorEnv", "VectorEnvState", "restart", "transition"
            "CartPole", "Catch", "PixelCatch", "Pendulum", "Gymnax", "Brax", "HostEnvironment",
            "EpisodeTracker", "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv",
            "MaskedBandit", "MaskedBanditDmEnv", "Craftax", "Jumanji", "Navix", "XLandMiniGrid",
-           "Pgx"]
+           "Pgx", "RepeatFirst", "RepeatFirstDmEnv"]

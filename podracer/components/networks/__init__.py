@@ -173,33 +173,74 @@ def recurrent_q(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] =
   make_torso = _q_torso("recurrent_q", torso, hidden_sizes, activation, channels_first)
 
   def forward():
-    torso_net = make_torso()
-    core = LSTMCore(lstm_size, name="core")
-    head = DuelingHead(num_actions, head_hidden_sizes, name="head")
+    return _torso_core_head(make_torso(), LSTMCore(lstm_size, name="core"),
+                            DuelingHead(num_actions, head_hidden_sizes, name="head"))
 
-    def step(observation, state, reset):
-      features, state = core(torso_net(observation), state, reset)
-      return head(features), state
+  return _recurrent(forward, RecurrentQNetwork)
 
-    def unroll(observation, state, reset):
-      t, b = reset.shape
-      flat = jax.tree.map(lambda x: x.reshape(t * b, *x.shape[2:]), observation)
-      features = torso_net(flat).reshape(t, b, -1)
-      outputs, state = core.unroll(features, state, reset)
-      q = head(outputs.reshape(t * b, -1)).reshape(t, b, -1)
-      return q, state
 
-    def init(observation):
-      batch = jax.tree.leaves(observation)[0].shape[0]
-      return step(observation, core.initial_state(batch), jnp.zeros((batch,), bool))
+def _torso_core_head(torso: Callable[..., Any], core: LSTMCore, head: Callable[..., Any]):
+  """(init, (step, unroll, initial_state)) of torso -> core -> head: one step of a batch
+  [B, ...], or an unroll of [T, B, ...] (the torso and head over T * B at once)."""
+  def step(observation, state, reset):
+    features, state = core(torso(observation), state, reset)
+    return head(features), state
 
-    return init, (step, unroll, core.initial_state)
+  def unroll(observation, state, reset):
+    t, b = reset.shape
+    flat = jax.tree.map(lambda x: x.reshape(t * b, *x.shape[2:]), observation)
+    outputs, state = core.unroll(torso(flat).reshape(t, b, -1), state, reset)
+    out = head(outputs.reshape(t * b, -1))
+    return jax.tree.map(lambda x: x.reshape(t, b, *x.shape[1:]), out), state
 
+  def init(observation):
+    batch = jax.tree.leaves(observation)[0].shape[0]
+    return step(observation, core.initial_state(batch), jnp.zeros((batch,), bool))
+
+  return init, (step, unroll, core.initial_state)
+
+
+def _recurrent(forward: Callable[[], Any], make: Callable[..., Any]) -> Any:
+  """`make(init, initial_state, step, unroll)` from a multi-transform's forward, which
+  returns (init, (step, unroll, initial_state))."""
   transformed = hk.without_apply_rng(hk.multi_transform(forward))
   step_fn, unroll_fn, initial_state_fn = transformed.apply
-  return RecurrentQNetwork(init=transformed.init,
-                           initial_state=lambda batch: initial_state_fn({}, batch),
-                           step=step_fn, unroll=unroll_fn)
+  return make(init=transformed.init, initial_state=lambda batch: initial_state_fn({}, batch),
+              step=step_fn, unroll=unroll_fn)
+
+
+class RecurrentActorCritic(NamedTuple):
+  """A torso -> LSTM -> policy and value network, as pure functions of (params, ...):
+  what recurrent PPO acts and learns with (`recurrent_actor_critic`).
+
+  init(key, observation [B, ...]) -> params
+  initial_state(batch_size) -> LSTM state
+  step(params, observation [B, ...], state, reset [B]) -> (PolicyValueOutput [B], state)
+  unroll(params, observation [T, B, ...], state, reset [T, B]) -> (output [T, B], state)
+  `reset` is true at the first step of an episode: the state restarts there.
+  """
+  init: Callable[..., Any]
+  initial_state: Callable[[int], Any]
+  step: Callable[..., Any]
+  unroll: Callable[..., Any]
+
+
+@registry.networks.register("recurrent_actor_critic")
+def recurrent_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int] = (64,),
+                           activation: str = "tanh",
+                           lstm_size: int = 64) -> RecurrentActorCritic:
+  """An MLP torso, an LSTM core (its state reset at episode starts) and one layer each
+  for the policy and the value: PPO with memory (POPGym's and PureJaxRL's recurrent
+  baselines' shape)."""
+  num_actions = num_discrete_actions(spec, "recurrent_actor_critic")
+  _check_activation(activation)
+
+  def forward():
+    return _torso_core_head(MLP(hidden_sizes, activation, name="torso"),
+                            LSTMCore(lstm_size, name="core"),
+                            PolicyValueHead(num_actions, name="head"))
+
+  return _recurrent(forward, RecurrentActorCritic)
 
 
 __all__ = [
@@ -207,7 +248,7 @@ __all__ = [
     "SquashedGaussianHead", "gaussian_policy", "squashed_gaussian_mode",
     "squashed_gaussian_sample", "twin_q", "ImpalaResNet", "LSTMCore", "MLP",
     "MuZeroNetwork", "NatureCNN", "PolicyValueHead", "PolicyValueOutput",
-    "RecurrentQNetwork", "activation_fn",
+    "RecurrentActorCritic", "RecurrentQNetwork", "activation_fn", "recurrent_actor_critic",
     "atari_actor_critic", "mlp_actor_critic", "mlp_shared_actor_critic",
     "muzero_mlp", "muzero_resnet", "num_discrete_actions", "preprocess_image",
     "q_network", "recurrent_q",

@@ -1,0 +1,75 @@
+"""Recurrent PPO: PPO with memory. An LSTM (`recurrent_actor_critic`) carries its state
+through the rollout, restarting at episode starts; the update replays each
+environment's rollout as one sequence from the state it started with, minibatches being
+sets of environments, not of steps. The loss, GAE and optimizer are PPO's (agent.py).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import jax
+import jax.numpy as jnp
+
+from podracer import registry
+from podracer.agent import greedy, legal
+from podracer.components.losses import categorical_log_prob, policy_gradient_batch
+from podracer.learning import minibatch_epochs
+from podracer.types import ActorOutput, PyTree, StepType, TimeStep, Trajectory
+
+from agents.ppo.agent import PPO
+
+
+def sequences(trajectory: Trajectory, discount: float, gae_lambda: float):
+  """A [T+1, B] trajectory as B sequences: PPO's transitions [B, T, ...], the resets
+  [B, T] (true at an episode's first step) and the state each sequence started from."""
+  steps, envs = trajectory.action.shape[0] - 1, trajectory.action.shape[1]
+  env_major = lambda x: jnp.swapaxes(x.reshape(steps, envs, *x.shape[1:]), 0, 1)
+  batch = jax.tree.map(env_major, policy_gradient_batch(trajectory, discount, gae_lambda))
+  reset = jnp.swapaxes(trajectory.timestep.step_type[:-1] == StepType.FIRST, 0, 1)
+  return batch, reset, jax.tree.map(lambda x: x[0], trajectory.actor_state)
+
+
+@registry.agents.register("ppo_recurrent")
+class RecurrentPPO(PPO):
+  """PPO over sequences with an LSTM; `num_minibatches` must divide the environments."""
+
+  def init_actor(self, key, num_envs):
+    del key
+    return self.network.initial_state(num_envs)
+
+  def network_outputs(self, nets, observation):
+    batch = jax.tree.leaves(observation)[0].shape[0]
+    return self.network.step(nets, observation, self.network.initial_state(batch),
+                             jnp.zeros((batch,), bool))[0]
+
+  def _policy(self, nets, actor_state, timestep: TimeStep) -> Tuple[PyTree, PyTree]:
+    out, state = self.network.step(nets, timestep.observation, actor_state,
+                                   timestep.step_type == StepType.FIRST)
+    return out._replace(logits=legal(out.logits, timestep.observation)), state
+
+  def act(self, nets, actor_state, timestep: TimeStep, key):
+    out, state = self._policy(nets, actor_state, timestep)
+    action = jax.random.categorical(key, out.logits).astype(jnp.int32)
+    extras = dict(log_prob=categorical_log_prob(out.logits, action), value=out.value)
+    return ActorOutput(action, extras), state
+
+  def eval_act(self, nets, actor_state, timestep: TimeStep, key):
+    del key  # Greedy.
+    out, state = self._policy(nets, actor_state, timestep)
+    return greedy(out.logits), state
+
+  def update(self, nets, opt, experience: Trajectory, key):
+    nets, opt, metrics = minibatch_epochs(
+        self.objectives, nets, opt, sequences(experience, self.discount, self.gae_lambda),
+        key, num_epochs=self.num_epochs, num_minibatches=self.num_minibatches)
+    return nets, opt, experience, metrics
+
+  def _loss(self, nets, minibatch, key):
+    del key
+    batch, reset, state = minibatch  # [b, T, ...] sequences of b environments
+    batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
+    out, _ = self.network.unroll(nets, batch.observation, state, jnp.swapaxes(reset, 0, 1))
+    flat = lambda x: x.reshape(-1, *x.shape[2:])
+    logits = legal(out.logits, batch.observation)
+    return self.loss(flat(logits), flat(out.value), jax.tree.map(flat, batch))
