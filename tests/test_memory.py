@@ -88,7 +88,8 @@ def test_recurrent_ppo_remembers_where_feedforward_ppo_cannot_over_3_seeds(tmp_p
 
 @pytest.mark.learning
 def test_recurrent_ppo_remembers_under_sebulba(tmp_path):
-  """The same agent and task stepped on the CPU (dm_env) by Sebulba's actor thread."""
+  """The same agent and task stepped on the CPU (dm_env) by Sebulba's actor thread, in
+  turns with the learner (`max_policy_lag=0`), so that the figure is fixed by the seed."""
   records = launch_runs("agents/ppo/config.py:memory_sebulba", tmp_path,
-                        "--config.total_env_steps=100000")
+                        "--config.total_env_steps=100000", "--config.runtime.max_policy_lag=0")
   assert_reached_and_held(records, 1, held_each=0.9)

@@ -128,6 +128,15 @@ def test_ppo_solves_navix_empty_5x5_over_3_seeds(tmp_path):
 
 
 @pytest.mark.learning
+def test_ppo_solves_xland_minigrid_empty_5x5_over_3_seeds(tmp_path):
+  """XLand-MiniGrid pays 1 - 0.9 t / 80 at the goal: random legal play 0.29 an episode;
+  PPO holds at least 0.9 (the goal in at most 8 steps) in each of 3 seeds."""
+  records = launch_runs("agents/ppo/config.py:xminigrid_anakin", tmp_path,
+                        "--config.num_runs=3")
+  assert_reached_and_held(records, 3, held_each=0.9)
+
+
+@pytest.mark.learning
 def test_ppo_beats_a_random_tictactoe_player_over_3_seeds(tmp_path):
   """Against a uniformly random opponent, seats drawn per game: random play scores 0.02
   (wins minus losses); PPO's last-20 % holds at least 0.7 in each of 3 seeds."""

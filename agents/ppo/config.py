@@ -75,6 +75,16 @@ def navix_anakin() -> config_dict.ConfigDict:
   return presets.anakin(c, num_envs_per_device=16, rollout_length=64, updates_per_call=8)
 
 
+def xminigrid_anakin() -> config_dict.ConfigDict:
+  """navix_anakin's agent on XLand-MiniGrid's MiniGrid-Empty-5x5 (`pip install -e
+  ".[xminigrid]"`): a 7x7 egocentric view of 2 channels; +1 - 0.9 t / max_steps at the
+  goal."""
+  c = navix_anakin()
+  c.env = presets.section("xminigrid", env_id="MiniGrid-Empty-5x5",
+                          env_params=config_dict.placeholder(dict))
+  return c
+
+
 def tictactoe_anakin() -> config_dict.ConfigDict:
   """PPO on Pgx's tic-tac-toe against a uniformly random legal opponent, the agent's seat
   drawn per game (`pip install -e ".[pgx]"`); illegal moves masked. Return: +1 won, -1
@@ -216,6 +226,7 @@ CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "cartpole_seed": cartpole_seed, "pong_seed": pong_seed,
            "pixel_catch_anakin": pixel_catch_anakin, "minatar_anakin": minatar_anakin,
            "minatar_conv_anakin": minatar_conv_anakin, "navix_anakin": navix_anakin,
+           "xminigrid_anakin": xminigrid_anakin,
            "tictactoe_anakin": tictactoe_anakin, "snake_anakin": snake_anakin,
            "craftax_anakin": craftax_anakin, "memory_anakin": memory_anakin,
            "memory_ff_anakin": memory_ff_anakin, "memory_sebulba": memory_sebulba}

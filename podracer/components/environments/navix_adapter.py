@@ -42,11 +42,12 @@ class Navix(Environment):
                                  jax.random.PRNGKey(0))
 
   def reset(self, key: jax.Array) -> Tuple[NavixState, TimeStep]:
-    timestep = self._env.reset(key)
-    return NavixState(timestep), restart(strip_weak_types(timestep.observation))
+    timestep = strip_weak_types(self._env.reset(key))
+    return NavixState(timestep), restart(timestep.observation)
 
   def step(self, state: NavixState, action: jax.Array) -> Tuple[NavixState, TimeStep]:
-    timestep = self._env._step(state.timestep, action.astype(jnp.int32))  # pylint: disable=protected-access
+    step = self._env._step  # pylint: disable=protected-access  # Without auto-reset.
+    timestep = strip_weak_types(step(state.timestep, action.astype(jnp.int32)))
     # Navix's step types: 0 transition, 1 truncation, 2 termination.
     out = transition(strip_weak_types(timestep.observation), timestep.reward,
                      terminated=timestep.step_type == 2, truncated=timestep.step_type == 1)
@@ -84,11 +85,12 @@ class XLandMiniGrid(Environment):
                                  jax.random.PRNGKey(0))
 
   def reset(self, key: jax.Array) -> Tuple[XLandState, TimeStep]:
-    timestep = self._env.reset(self._params, key)
-    return XLandState(timestep), restart(strip_weak_types(timestep.observation))
+    timestep = strip_weak_types(self._env.reset(self._params, key))
+    return XLandState(timestep), restart(timestep.observation)
 
   def step(self, state: XLandState, action: jax.Array) -> Tuple[XLandState, TimeStep]:
-    timestep = self._env.step(self._params, state.timestep, action.astype(jnp.int32))
+    timestep = strip_weak_types(
+        self._env.step(self._params, state.timestep, action.astype(jnp.int32)))
     last = timestep.step_type == StepType.LAST
     terminated = last & (timestep.discount == 0)
     out = transition(strip_weak_types(timestep.observation), timestep.reward,
