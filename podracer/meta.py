@@ -36,6 +36,7 @@ import numpy as np
 
 from podracer.config import runs as runs_lib
 from podracer.errors import ConfigError
+from podracer.lifecycle import workdir as workdir_lib
 
 META_FLAG = "--config.meta."
 STATE_FILE = "meta_state.npz"
@@ -279,6 +280,8 @@ def _write_config(workdir: str, config: Any, meta: MetaConfig) -> None:
       before = json.load(f)
     flat = lambda c: dict(runs_lib.flatten(c), **{"meta.generations": None})
     old, new = flat(before), flat(written)
+    # A key a later version added (workdir.ADDED_KEYS) is, where absent, at its default.
+    old = {**{k: v for k, v in workdir_lib.ADDED_KEYS.items() if k not in old}, **old}
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if changed:
       raise ConfigError(f"{workdir} holds a meta-training with other settings ("
