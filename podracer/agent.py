@@ -186,6 +186,11 @@ def legal(values: jax.Array, observation: PyTree) -> jax.Array:
   return jnp.where(mask, values, jnp.asarray(ILLEGAL, values.dtype))
 
 
+def random_legal(key: jax.Array, mask: jax.Array) -> jax.Array:
+  """Uniformly random legal actions (int32 [...]) of action masks [..., A]."""
+  return jax.random.categorical(key, jnp.where(mask, 0.0, ILLEGAL)).astype(jnp.int32)
+
+
 def greedy(logits: jax.Array) -> ActorOutput:
   """The most probable of categorical actions, as an evaluation policy returns them."""
   return ActorOutput(jnp.argmax(logits, axis=-1).astype(jnp.int32), {})

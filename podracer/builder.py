@@ -58,7 +58,6 @@ class Experiment:
                runs: Optional[runs_lib.Runs] = None):
     self.config, self.runtime, self.agent, self.plan = config, runtime, agent, plan
     self.runs = runs
-    self.video_path: Optional[str] = None  # `eval_video`'s file, once written
 
   def run(self, workdir: Optional[str] = None, stream: Optional[TextIO] = sys.stdout,
           print_interval: float = 1.0, checkpoints_in: Optional[str] = None
@@ -96,7 +95,7 @@ class Experiment:
     try:
       final = self.runtime.run(watched, **{k: v for k, v in extras.items() if v is not None})
       if self.config.get("eval_video") and workdir and distributed.process_index() == 0:
-        self.video_path = self._record_video(final, workdir, logger, stream)
+        self._record_video(final, workdir, logger, stream)
     except DiskError:
       logger.disk_failed = True  # The disk is full or failing: write nothing more.
       raise
@@ -111,7 +110,7 @@ class Experiment:
     return dict(summary, records=logger.records)
 
   def _record_video(self, state: Any, workdir: str, logger: Any,
-                    stream: Optional[TextIO]) -> str:
+                    stream: Optional[TextIO]) -> None:
     """`eval_video` episodes of run 0's evaluation policy: WORKDIR/videos/final.mp4 (or
     .gif), and into TensorBoard and W&B where they log."""
     nets = self.runtime.per_run(state.agent.nets)
@@ -125,7 +124,6 @@ class Experiment:
     if stream:
       stream.write(f"wrote {path} ({len(frames)} frames, {self.config.eval_video} "
                    "episodes of the evaluation policy)\n")
-    return path
 
   def _describe_runs(self) -> str:
     """What the start of the output says of many runs, a population or a schedule."""
@@ -370,19 +368,9 @@ def build(config: Any, agent: Any = None) -> Experiment:
   if schedule:
     many["schedule"] = schedule
   runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed, **many)
-  if config.get("eval_video"):
-    _check_video(config, runtime)
+  if config.get("eval_video"):  # Recorded at the end of an Anakin run.
+    video.watchable_env(runtime, config.runtime.name, "Config key `eval_video`")
   return Experiment(config, runtime, agent, plan, runs)
-
-
-def _check_video(config: Any, runtime: Any) -> None:
-  """`eval_video` records JAX environments that render, at the end of an Anakin run."""
-  env = getattr(getattr(runtime, "env", None), "env", None)
-  if not hasattr(runtime, "saved_state") or env is None:
-    raise ConfigError(
-        f"Config key `eval_video` records the end of an Anakin run; runtime "
-        f"'{config.runtime.name}' steps host environments. Set --config.eval_video=0.")
-  video.check_renders(env, "Config key `eval_video`")
 
 
 def _population(config: Any, runtime_cls: Any, options: Any):

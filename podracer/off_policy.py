@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import rlax
 
-from podracer.agent import Agent
+from podracer.agent import Agent, random_legal
 from podracer.components.replay import importance_weights
 from podracer.learning import Objective, TargetState, gradient_step, update_target, with_target
 from podracer.types import ILLEGAL, PyTree, Trajectory
@@ -80,7 +80,7 @@ def epsilon_greedy_actions(q: jax.Array, epsilon: jax.Array, key: jax.Array,
     random = jax.random.randint(action_key, greedy.shape, 0, q.shape[-1])
   else:
     greedy = jnp.argmax(jnp.where(mask, q, ILLEGAL), axis=-1)
-    random = jax.random.categorical(action_key, jnp.where(mask, 0.0, ILLEGAL))
+    random = random_legal(action_key, mask)
   explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
   return jnp.where(explore, random, greedy).astype(jnp.int32)
 

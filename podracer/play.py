@@ -48,16 +48,6 @@ def _on_saved_mesh(config: ml_collections.ConfigDict, meta: Dict[str, Any]) -> N
     config.topology.update(dict(num_devices=runs * data, runs=runs, data=data))
 
 
-def _watchable(experiment: Any, workdir: str) -> Any:
-  """The run's JAX environment, if it renders; else a ConfigError saying why not."""
-  env = getattr(getattr(experiment.runtime, "env", None), "env", None)
-  if env is None or getattr(env, "kind", "jax") != "jax":
-    raise ConfigError(f"{workdir} is a {experiment.config.runtime.name} run of host "
-                      "environments; podracer.play watches JAX environments (Anakin's).")
-  video.check_renders(env, "podracer.play")
-  return env
-
-
 def play(workdir: str, episodes: int = 2, run: int = 0, fmt: Optional[str] = None,
          out: Optional[str] = None, seed: int = 0) -> str:
   """Writes a video of the newest checkpoint of `workdir` playing; returns its path."""
@@ -72,7 +62,7 @@ def play(workdir: str, episodes: int = 2, run: int = 0, fmt: Optional[str] = Non
     _on_saved_mesh(config, checkpointer.meta() or {})
     experiment = builder.build(config)
     runtime = experiment.runtime
-    env = _watchable(experiment, workdir)
+    env = video.watchable_env(runtime, config.runtime.name, "podracer.play")
     state = runtime.saved_state(checkpointer)
   finally:
     checkpointer.close()

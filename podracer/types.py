@@ -106,6 +106,12 @@ def action_mask(observation: PyTree) -> Any:
   return None
 
 
+def empty_masks(step_type: Any, mask: Any) -> np.ndarray:
+  """[..., B] bool: environments whose mask [..., B, A] leaves no legal action at a step
+  they act on (any but LAST, whose action is ignored)."""
+  return ~np.asarray(mask).any(axis=-1) & (np.asarray(step_type) != StepType.LAST)
+
+
 def has_action_mask(spec: EnvSpec) -> bool:
   return action_mask(spec.observation) is not None
 

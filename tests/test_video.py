@@ -121,5 +121,6 @@ def test_eval_video_refuses_what_it_cannot_watch():
     builder.build(c)
   c = cartpole_sebulba()
   c.eval_video = 1
-  with pytest.raises(ConfigError, match=r"`eval_video` records the end of an Anakin run"):
+  with pytest.raises(ConfigError, match=r"`eval_video` watches the JAX environments of "
+                     r"Anakin runs; runtime 'sebulba' steps host environments"):
     builder.build(c)

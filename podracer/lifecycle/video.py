@@ -41,6 +41,17 @@ def check_renders(env: Any, what: str) -> None:
         f"xminigrid, craftax.")
 
 
+def watchable_env(runtime: Any, runtime_name: str, what: str) -> Any:
+  """The runtime's JAX environment, if it can be watched (an Anakin run's, rendering;
+  imageio installed); else a ConfigError saying why not."""
+  env = getattr(getattr(runtime, "env", None), "env", None)
+  if not hasattr(runtime, "saved_state") or getattr(env, "kind", None) != "jax":
+    raise ConfigError(f"{what} watches the JAX environments of Anakin runs; runtime "
+                      f"'{runtime_name}' steps host environments.")
+  check_renders(env, what)
+  return env
+
+
 def record(agent: Any, env: Any, nets: Any, key: jax.Array, episodes: int,
            max_steps: int = 2_000) -> np.ndarray:
   """Frames uint8 [T, H, W, 3] of `episodes` whole episodes of the evaluation policy, each

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-ACTION_MASK = "action_mask"  # podracer.types.ACTION_MASK, without importing JAX here.
+from podracer.types import action_mask, empty_masks
 
 STEP_TYPES = (0, 1, 2)  # dm_env's FIRST, MID, LAST
 _ONE_BITS = int(np.array(1.0, np.float32).view(np.uint32))
@@ -78,7 +78,7 @@ def step_problem(step_type: np.ndarray, reward: np.ndarray, discount: np.ndarray
 def mask_problem(step_type: np.ndarray, mask: np.ndarray) -> Optional[str]:
   """None when every environment that will act on this step (all but LAST ones) has a
   legal action in its action mask [B, A], else which one has none."""
-  empty = ~np.asarray(mask).reshape(len(mask), -1).any(axis=1) & (np.asarray(step_type) != 2)
+  empty = empty_masks(step_type, mask)
   if not empty.any():
     return None
   return (f"an action mask with no legal action from environment {_first_bad(empty)} "
@@ -106,7 +106,7 @@ def timestep_problem(timestep: Any) -> Optional[str]:
   else:
     import jax  # pylint: disable=import-outside-toplevel
     leaves = [np.asarray(x) for x in jax.tree.leaves(observation)]
-  mask = observation.get(ACTION_MASK) if isinstance(observation, Mapping) else None
+  mask = action_mask(observation)
   return (step_problem(timestep.step_type, timestep.reward, timestep.discount, leaves)
           or (None if mask is None else mask_problem(timestep.step_type, mask)))
 

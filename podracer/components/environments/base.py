@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.types import EnvSpec, EpisodeStats, PyTree, StepType, TimeStep, action_mask
+from podracer.types import (ArraySpec, EnvSpec, EpisodeStats, PyTree, StepType, TimeStep, action_mask,
+                            empty_masks)
 
 
 class Environment(abc.ABC):
@@ -36,6 +37,13 @@ class Environment(abc.ABC):
   @abc.abstractmethod
   def spec(self) -> EnvSpec:
     """Observation and action specs of a single environment."""
+
+
+def observation_spec(env: Environment) -> PyTree:
+  """The ArraySpecs of an environment's observations, from an abstract reset (traced,
+  not computed): what the JAX adapters' `spec()` gives."""
+  shapes = jax.eval_shape(lambda k: env.reset(k)[1].observation, jax.random.PRNGKey(0))
+  return jax.tree.map(lambda s: ArraySpec(tuple(s.shape), s.dtype, "observation"), shapes)
 
 
 def upscale(image: jax.Array, scale: int) -> jax.Array:
@@ -96,7 +104,7 @@ class VectorEnv:
   def _check_masks(self, step_type: np.ndarray, mask: np.ndarray) -> None:
     """Records the first environment whose mask has no legal action at a step it acts
     on (any but LAST); [..., B] and [..., B, A] from any number of runs."""
-    empty = ~np.asarray(mask).any(axis=-1) & (np.asarray(step_type) != StepType.LAST)
+    empty = empty_masks(step_type, mask)
     if self.problem is None and empty.any():
       where = np.unravel_index(int(np.argmax(empty)), empty.shape)
       run = f" of run {where[0]}" if len(where) > 1 else ""

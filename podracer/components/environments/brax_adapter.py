@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
-from podracer.components.environments.base import Environment, restart, transition
+from podracer.components.environments.base import (Environment, observation_spec, restart,
+                                                   transition)
 from podracer.errors import MissingPackage
 from podracer.types import (ArraySpec, EnvSpec, PyTree, TimeStep, bounds,
                             strip_weak_types)
@@ -56,8 +57,7 @@ class Brax(Environment):
     ctrl_range = np.asarray(self._env.sys.actuator.ctrl_range, np.float32)
     self._action = ArraySpec((self._env.action_size,), np.dtype(np.float32), "action",
                              *bounds(ctrl_range[:, 0], ctrl_range[:, 1]))
-    self._obs = jax.eval_shape(lambda k: self.reset(k)[1].observation,
-                               jax.random.PRNGKey(0))
+    self._obs = observation_spec(self)
 
   def reset(self, key: jax.Array) -> Tuple[BraxState, TimeStep]:
     state = strip_weak_types(self._env.reset(key))
@@ -72,9 +72,7 @@ class Brax(Environment):
     return BraxState(stepped, steps), timestep
 
   def spec(self) -> EnvSpec:
-    obs = jax.tree.map(lambda s: ArraySpec(tuple(s.shape), s.dtype, "observation"),
-                       self._obs)
-    return EnvSpec(observation=obs, action=self._action)
+    return EnvSpec(observation=self._obs, action=self._action)
 
   def __repr__(self) -> str:
     return f"Brax({self.env_name!r})"

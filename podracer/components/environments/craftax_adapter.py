@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 import jax
 
 from podracer import registry
-from podracer.components.environments.base import as_frame
+from podracer.components.environments.base import as_frame, observation_spec
 from podracer.components.environments.gymnax_adapter import Gymnax
 from podracer.components.environments.suites import api_of, require
 from podracer.types import PyTree
@@ -35,8 +35,7 @@ class Craftax(Gymnax):
       self._env = make_craftax_env_from_name(env_id, auto_reset=False)
       params = self._env.default_params
       self._params = params.replace(**env_params) if env_params else params
-      self._obs = jax.eval_shape(lambda k: self.reset(k)[1].observation,
-                                 jax.random.PRNGKey(0))
+      self._obs = observation_spec(self)
 
   def render(self, state: Any) -> jax.Array:
     """What a player sees, as Craftax-Classic's pixel renderer draws it (Classic only)."""

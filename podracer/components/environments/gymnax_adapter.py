@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
-from podracer.components.environments.base import Environment, restart, transition
+from podracer.components.environments.base import (Environment, observation_spec, restart,
+                                                   transition)
 from podracer.errors import MissingPackage
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, PyTree, TimeStep,
                             bounds, strip_weak_types)
@@ -49,8 +50,7 @@ class Gymnax(Environment):
     self.env_id = env_id
     self._env, params = gymnax.make(env_id, **dict(env_kwargs or {}))
     self._params = params.replace(**env_params) if env_params else params
-    self._obs = jax.eval_shape(lambda k: self.reset(k)[1].observation,
-                               jax.random.PRNGKey(0))
+    self._obs = observation_spec(self)
 
   def reset(self, key: jax.Array) -> Tuple[GymnaxState, TimeStep]:
     key, reset_key = jax.random.split(key)
@@ -89,9 +89,7 @@ class Gymnax(Environment):
       minimum, maximum = bounds(getattr(space, "low", None), getattr(space, "high", None))
       action = ArraySpec(tuple(space.shape), jnp.dtype(space.dtype), "action", minimum,
                          maximum)
-    obs = jax.tree.map(lambda s: ArraySpec(tuple(s.shape), s.dtype, "observation"),
-                       self._obs)
-    return EnvSpec(observation=obs, action=action)
+    return EnvSpec(observation=self._obs, action=action)
 
   def __repr__(self) -> str:
     return f"Gymnax({self.env_id!r})"

@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
-from podracer.components.environments.base import Environment, restart, transition
-from podracer.components.environments.suites import api_of, require
-from podracer.types import (ACTION_MASK, ArraySpec, DiscreteSpec, EnvSpec, PyTree,
-                            StepType, TimeStep, strip_weak_types)
+from podracer.components.environments.base import Environment, observation_spec, restart
+from podracer.components.environments.suites import api_of, dm_env_step, require
+from podracer.types import (ACTION_MASK, DiscreteSpec, EnvSpec, PyTree, TimeStep,
+                            strip_weak_types)
 
 
 class JumanjiState(NamedTuple):
@@ -58,8 +58,7 @@ class Jumanji(Environment):
                          "podracer's agents take one discrete action (Snake-v1, "
                          "Knapsack-v1, TSP-v1, ...).")
       self._num_actions = int(action.num_values)
-      self._obs = jax.eval_shape(lambda k: self.reset(k)[1].observation,
-                                 jax.random.PRNGKey(0))
+      self._obs = observation_spec(self)
 
   def reset(self, key: jax.Array) -> Tuple[JumanjiState, TimeStep]:
     env_state, timestep = self._env.reset(key)
@@ -68,16 +67,11 @@ class Jumanji(Environment):
 
   def step(self, state: JumanjiState, action: jax.Array) -> Tuple[JumanjiState, TimeStep]:
     env_state, timestep = self._env.step(state.env_state, action.astype(jnp.int32))
-    last = timestep.step_type == StepType.LAST
-    terminated = last & (timestep.discount == 0)
-    out = transition(strip_weak_types(as_dict(timestep.observation, self.exclude)),
-                     timestep.reward,
-                     terminated=terminated, truncated=last & ~terminated)
-    return JumanjiState(env_state), out
+    observation = strip_weak_types(as_dict(timestep.observation, self.exclude))
+    return JumanjiState(env_state), dm_env_step(timestep, observation)
 
   def spec(self) -> EnvSpec:
-    obs = jax.tree.map(lambda s: ArraySpec(tuple(s.shape), s.dtype, "observation"), self._obs)
-    return EnvSpec(observation=obs, action=DiscreteSpec(self._num_actions))
+    return EnvSpec(observation=self._obs, action=DiscreteSpec(self._num_actions))
 
   def __repr__(self) -> str:
     return f"Jumanji({self.env_id!r})"

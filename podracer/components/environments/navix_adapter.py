@@ -12,16 +12,10 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
-from podracer.components.environments.base import (Environment, as_frame, restart, transition,
-                                                   upscale)
-from podracer.components.environments.suites import api_of, require
-from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, PyTree, StepType, TimeStep,
-                            strip_weak_types)
-
-
-def _spec(observation: PyTree, num_actions: int) -> EnvSpec:
-  obs = jax.tree.map(lambda s: ArraySpec(tuple(s.shape), s.dtype, "observation"), observation)
-  return EnvSpec(observation=obs, action=DiscreteSpec(num_actions))
+from podracer.components.environments.base import (Environment, as_frame, observation_spec,
+                                                   restart, transition, upscale)
+from podracer.components.environments.suites import api_of, dm_env_step, require
+from podracer.types import DiscreteSpec, EnvSpec, PyTree, TimeStep, strip_weak_types
 
 
 class NavixState(NamedTuple):
@@ -38,8 +32,7 @@ class Navix(Environment):
     with api_of("navix", f"navix {env_id}"):
       self._env = navix.make(env_id, **dict(env_kwargs or {}))
       self._num_actions = int(self._env.action_space.maximum) + 1
-      self._obs = jax.eval_shape(lambda k: self.reset(k)[1].observation,
-                                 jax.random.PRNGKey(0))
+      self._obs = observation_spec(self)
 
   def reset(self, key: jax.Array) -> Tuple[NavixState, TimeStep]:
     timestep = strip_weak_types(self._env.reset(key))
@@ -54,7 +47,7 @@ class Navix(Environment):
     return NavixState(timestep), out
 
   def spec(self) -> EnvSpec:
-    return _spec(self._obs, self._num_actions)
+    return EnvSpec(observation=self._obs, action=DiscreteSpec(self._num_actions))
 
   def render(self, state: NavixState) -> jax.Array:
     """The whole grid as Navix draws it (`navix.observations.rgb`)."""
@@ -81,8 +74,7 @@ class XLandMiniGrid(Environment):
       self._env, params = xminigrid.make(env_id)
       self._params = params.replace(**env_params) if env_params else params
       self._num_actions = int(self._env.num_actions(self._params))
-      self._obs = jax.eval_shape(lambda k: self.reset(k)[1].observation,
-                                 jax.random.PRNGKey(0))
+      self._obs = observation_spec(self)
 
   def reset(self, key: jax.Array) -> Tuple[XLandState, TimeStep]:
     timestep = strip_weak_types(self._env.reset(self._params, key))
@@ -91,14 +83,10 @@ class XLandMiniGrid(Environment):
   def step(self, state: XLandState, action: jax.Array) -> Tuple[XLandState, TimeStep]:
     timestep = strip_weak_types(
         self._env.step(self._params, state.timestep, action.astype(jnp.int32)))
-    last = timestep.step_type == StepType.LAST
-    terminated = last & (timestep.discount == 0)
-    out = transition(strip_weak_types(timestep.observation), timestep.reward,
-                     terminated=terminated, truncated=last & ~terminated)
-    return XLandState(timestep), out
+    return XLandState(timestep), dm_env_step(timestep, timestep.observation)
 
   def spec(self) -> EnvSpec:
-    return _spec(self._obs, self._num_actions)
+    return EnvSpec(observation=self._obs, action=DiscreteSpec(self._num_actions))
 
   def __repr__(self) -> str:
     return f"XLandMiniGrid({self.env_id!r})"

@@ -15,9 +15,11 @@ import jax
 import jax.numpy as jnp
 
 from podracer import registry
-from podracer.components.environments.base import Environment, restart, transition
-from podracer.components.environments.suites import api_of, random_legal, require
-from podracer.types import (ACTION_MASK, ArraySpec, DiscreteSpec, EnvSpec, PyTree, TimeStep,
+from podracer.agent import random_legal
+from podracer.components.environments.base import (Environment, observation_spec, restart,
+                                                   transition)
+from podracer.components.environments.suites import api_of, require
+from podracer.types import (ACTION_MASK, DiscreteSpec, EnvSpec, PyTree, TimeStep,
                             strip_weak_types)
 
 
@@ -41,8 +43,7 @@ class Pgx(Environment):
       if self._env.num_players != 2:
         raise ValueError(f"Pgx game {env_id!r} has {self._env.num_players} players; "
                          "this adapter plays two-player games.")
-      self._obs = jax.eval_shape(lambda k: self.reset(k)[1].observation,
-                                 jax.random.PRNGKey(0))
+      self._obs = observation_spec(self)
 
   def _observe(self, game) -> dict:
     return {"observation": game.observation, ACTION_MASK: game.legal_action_mask}
@@ -72,8 +73,7 @@ class Pgx(Environment):
     return PgxState(game, state.seat, key), timestep
 
   def spec(self) -> EnvSpec:
-    obs = jax.tree.map(lambda s: ArraySpec(tuple(s.shape), s.dtype, "observation"), self._obs)
-    return EnvSpec(observation=obs, action=DiscreteSpec(int(self._env.num_actions)))
+    return EnvSpec(observation=self._obs, action=DiscreteSpec(int(self._env.num_actions)))
 
   def __repr__(self) -> str:
     return f"Pgx({self.env_id!r})"

@@ -11,12 +11,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 from types import ModuleType
-from typing import Iterator
+from typing import Any, Iterator
 
-import jax
-import jax.numpy as jnp
-
+from podracer.components.environments.base import transition
 from podracer.errors import MissingPackage
+from podracer.types import PyTree, StepType, TimeStep
 
 # The suites' versions podracer's tests and figures used (requirements/default.txt).
 TESTED = {"craftax": "1.6.1", "jumanji": "1.1.2", "navix": "0.7.4", "pgx": "2.6.0",
@@ -49,6 +48,10 @@ def api_of(module: str, env_name: str) -> Iterator[None]:
         f"{module}=={TESTED[module]}.") from e
 
 
-def random_legal(key: jax.Array, mask: jax.Array) -> jax.Array:
-  """A uniformly random legal action (int32) of a mask [A]."""
-  return jax.random.categorical(key, jnp.where(mask, 0.0, -1e9)).astype(jnp.int32)
+def dm_env_step(timestep: Any, observation: PyTree) -> TimeStep:
+  """A suite's dm_env-like step (step type, reward, discount 0 where it terminated) as
+  podracer's: a LAST step with discount 0 terminated, any other LAST one truncated."""
+  last = timestep.step_type == StepType.LAST
+  terminated = last & (timestep.discount == 0)
+  return transition(observation, timestep.reward, terminated=terminated,
+                    truncated=last & ~terminated)
