@@ -216,7 +216,7 @@ class _ComposingParser(flags.ArgumentParser):
   def __init__(self, inner):
     self.inner, self.choices, self.sweeps, self.config = inner, {}, {}, None
     self.bounds = {}
-    self.imports = []
+    self.imports, self.overrides = [], []
 
   def parse(self, argument):
     # podracer's loader, not ml_collections': every way the file can be wrong is one
@@ -226,6 +226,7 @@ class _ComposingParser(flags.ArgumentParser):
     with config.unlocked():
       add_imports(config, self.imports)  # Before a section swap names their components.
       compose.choose(config, self.choices)
+      compose.add_accepted(config, self.overrides)
       runs_lib.add_sweep(config, self.sweeps)
       runs_lib.add_sweep(config, self.bounds, section="population.bounds")
     return config
@@ -275,6 +276,8 @@ def _parse_flags(argv):
   # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/config/runs.py.
   _CONFIG_PARSER.sweeps, argv = runs_lib.sweep_args(argv)
   _CONFIG_PARSER.bounds, argv = runs_lib.sweep_args(argv, runs_lib.BOUNDS_FLAG)
+  _CONFIG_PARSER.overrides = [a[len("--config."):].split("=", 1)[0] for a in argv
+                              if a.startswith("--config.") and "=" in a]
   # ml_collections finds the overrides to define in sys.argv itself.
   sys.argv[:] = argv
   try:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ml_collections import config_dict
 
@@ -176,6 +176,24 @@ def choose(config: config_dict.ConfigDict, choices: Mapping[str, str]) -> None:
       raise ConfigError(f"--config.{key}={name} replaces the section `{key}`, which this "
                         f"config does not have; {sections_message(config)}")
     config[key] = section_defaults(reg, name, key)
+
+
+def add_accepted(config: config_dict.ConfigDict, paths: Sequence[str]) -> None:
+  """For each override path SECTION.ARG whose section's component accepts ARG but the
+  config's section does not list it (a config sets only the arguments it changes), adds
+  ARG with the component's default, so that --config.SECTION.ARG=VALUE applies."""
+  for path in paths:
+    parts = path.split(".")
+    if len(parts) != 2 or parts[0] not in config:
+      continue
+    head, arg = parts
+    reg, section = section_registry(head), config[head]
+    if (reg is None or not hasattr(section, "keys") or "name" not in section
+        or arg in section or section.name not in reg.names()):
+      continue
+    defaults = section_defaults(reg, section.name, head)
+    if arg in defaults:
+      section[arg] = defaults[arg]
 
 
 def unknown_key_message(config: Any, path: str) -> Optional[str]:

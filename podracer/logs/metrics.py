@@ -131,7 +131,9 @@ class MetricsLogger:
       self._check_warm_up(record)
     if not self._progress_checked and "loss" in record:
       self._progress_checked = True
-      missing = [k for k in self.progress_metrics if k not in record]
+      # Evaluation's fields come only with the records of an evaluation.
+      missing = [k for k in self.progress_metrics
+                 if k not in record and not k.startswith("eval_")]
       if missing and self.stream:
         self.stream.write(
             f"Warning: log.progress_metrics names {', '.join(map(repr, missing))}, which "
