@@ -86,6 +86,12 @@ class DiscreteSpec:
 class EnvSpec(NamedTuple):
   observation: PyTree  # pytree of ArraySpec
   action: Any          # DiscreteSpec, or for continuous actions a bounded ArraySpec
+  # Self-play: two players take turns in a zero-sum game and the agent plays both seats.
+  # Each timestep is the player to move's observation, the reward of the player who just
+  # moved, and discount -1 where the turn passes (0 at the end): every agent's
+  # bootstrapped targets then negate the opponent's value (negamax), and MuZero's search
+  # alternates its backups the same way.
+  zero_sum: bool = False
 
 
 # The observation key under which an environment gives its legal actions: an

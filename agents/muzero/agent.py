@@ -89,8 +89,9 @@ def n_step_value_targets(step_type: jax.Array, reward: jax.Array, discount: jax.
 
   dm_env's convention: step t carries the reward and discount that arrived with it. A
   target sums up to n rewards and bootstraps from `value` n steps later, truncated at the
-  end of the sequence; it stops at a LAST step: there the target is discount * value (0
-  when the episode terminated, its own value when it was cut by a time limit).
+  end of the sequence; it stops at a LAST step: there the target is its own value, or 0
+  when the episode terminated (discount 0). Discounts may be -1 (a self-play game's turn
+  passing: `EnvSpec.zero_sum`): the targets are then negamax returns.
   """
   last = step_type == StepType.LAST
   # Transition t -> t+1; out of a LAST step it is a reset, which carries nothing.
@@ -103,7 +104,7 @@ def n_step_value_targets(step_type: jax.Array, reward: jax.Array, discount: jax.
       lambda r, d, v, lam: rlax.n_step_bootstrapped_returns(r, d, v, n, lam),
       in_axes=1, out_axes=1)(transition_reward, transition_discount, value[1:], stop_at)
   targets = jnp.concatenate([targets, value[-1:]])
-  return jnp.where(last, discount * value, targets)
+  return jnp.where(last, jnp.where(discount == 0, 0.0, value), targets)
 
 
 def unroll_targets(items: Trajectory, start: jax.Array, value_target: jax.Array,
@@ -217,8 +218,11 @@ class MuZero(Agent):
     reward_logits, embedding = self.network.dynamics(params, embedding, action)
     policy_logits, value_logits = self.network.predict(params, embedding)
     reward = self.scalar(reward_logits)
+    # In a self-play game (EnvSpec.zero_sum) each step passes the turn: the search's
+    # backups alternate sign (negamax), as the environment's discount -1 says.
+    discount = -self.discount if self.spec.zero_sum else self.discount
     return mctx.RecurrentFnOutput(
-        reward=reward, discount=jnp.full_like(reward, self.discount),
+        reward=reward, discount=jnp.full_like(reward, discount),
         prior_logits=policy_logits, value=self.scalar(value_logits)), embedding
 
   def run_search(self, params, observation, key, explore: bool = True) -> mctx.PolicyOutput:

@@ -66,6 +66,36 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   return presets.anakin(c, num_envs_per_device=16, rollout_length=32, updates_per_call=8)
 
 
+def connect_four_anakin() -> config_dict.ConfigDict:
+  """MuZero in self-play on Pgx's connect four (`pip install -e ".[pgx]"`): the agent
+  plays both seats (`env.opponent=self`; discount -1 where the turn passes, so the value
+  targets and the search's backups are negamax), illegal moves masked at the root, each
+  game opened by 0-12 random moves (without them self-play repeats its own line and
+  loses more often to a random player). Every `eval_interval` env steps it plays
+  `eval_episodes` games against `env.eval_opponent` (random, or mcts: pure MCTS with
+  random playouts) from the empty board, a seat drawn per game; records hold
+  `eval_return` and `eval_win_rate`. Values lie in [-1, 1]: 21 bins over [-1, 1],
+  discount 1 (a game's result), 10-step targets from the search's values; Gumbel MuZero
+  with 16 simulations over all 7 moves; 16 gradient steps of 128 per 512 env steps, the
+  learning rate annealed to 0. Held 0.95 and 0.94 wins against random over the last
+  20 % of 1M steps in seeds 0 and 1 (docs/agents.md). `env.env_id=tic_tac_toe` plays
+  tic-tac-toe."""
+  c = _base(total_env_steps=1_000_000, support=1.0, num_bins=21)
+  c.env = presets.section("pgx", env_id="connect_four", opponent="self",
+                          eval_opponent="random", opponent_simulations=64, opening_moves=12)
+  c.agent.update(dict(discount=1.0, td_steps=10, num_simulations=16,
+                      max_num_considered_actions=7, sgd_steps=16))
+  c.network.update(dict(embedding_size=128, hidden_sizes=(128,)))
+  c.optimizer.anneal = True
+  c.replay = presets.replay("device", batch_size=128, max_size=4_000, min_size=256,
+                            samples_per_insert=None)
+  c.replay.priority_exponent = 1.0
+  c.eval_interval = 50_000
+  c.eval_episodes = 128
+  c.log.progress_metrics = ("eval_win_rate", "search_value", "loss", "policy_loss")
+  return presets.anakin(c, num_envs_per_device=32, rollout_length=16, updates_per_call=8)
+
+
 def _atari_network(c: config_dict.ConfigDict, channels=(16, 32, 32)) -> None:
   """The Atari model (`muzero_resnet` on the IMPALA torso) and MuZero's Atari optimizer:
   Adam with the paper's weight-decay-free learning rate 5e-4 (no annealing here)."""
@@ -140,7 +170,7 @@ def atari_sebulba() -> config_dict.ConfigDict:
 
 
 CONFIGS = {"catch_anakin": catch_anakin, "cartpole_anakin": cartpole_anakin,
-           "pixel_catch_anakin": pixel_catch_anakin, "cartpole_sebulba": cartpole_sebulba,
+           "pixel_catch_anakin": pixel_catch_anakin, "connect_four_anakin": connect_four_anakin, "cartpole_sebulba": cartpole_sebulba,
            "atari_sebulba": atari_sebulba}
 
 get_config = presets.getter("MuZero", CONFIGS, default="catch_anakin")

@@ -1,6 +1,8 @@
 """Evaluation: every `eval_interval` env steps (0: never), the agent's evaluation policy
 plays `eval_episodes` episodes on environments of its own, and the mean return of those
-episodes goes into the metrics record as `eval_return`, beside the training return.
+episodes goes into the metrics record as `eval_return`, beside the training return. An
+environment may evaluate on another (`Environment.evaluation_env`: a self-play game plays
+a fixed opponent), and a self-play game's record adds `eval_win_rate`.
 
 The policy is `Agent.eval_act` from `Agent.init_eval_actor`: greedy for PPO and IMPALA
 (the logits' argmax), the squashed Gaussian's mean for SAC, and for R2D2 its small
@@ -20,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import jax
 import jax.numpy as jnp
@@ -56,9 +58,10 @@ def for_run(config: Any, runtime: Any) -> Optional[Evaluation]:
   return Evaluation(int(interval), int(config.get("eval_episodes", 10)), int(config.seed))
 
 
-def jax_return(agent: Any, env: Any, nets: Any, key: jax.Array) -> jax.Array:
-  """Mean return of one episode in each of `env`'s environments (a VectorEnv), acting
-  with `agent.eval_act`. Jit it with `agent` and `env` static (closed over)."""
+def jax_returns(agent: Any, env: Any, nets: Any, key: jax.Array) -> jax.Array:
+  """The return [E] of one episode in each of `env`'s E environments (a VectorEnv),
+  acting with `agent.eval_act` (0 for one unfinished after MAX_STEPS). Jit it with
+  `agent` and `env` static (closed over)."""
   reset_key, actor_key, key = jax.random.split(key, 3)
   env_state, timestep = env.reset(reset_key)
   actor_state = agent.init_eval_actor(actor_key, env.num_envs)
@@ -79,8 +82,23 @@ def jax_return(agent: Any, env: Any, nets: Any, key: jax.Array) -> jax.Array:
 
   carry = jax.lax.while_loop(unfinished, step, (env_state, timestep, actor_state, key,
                                                 finished, returns, jnp.int32(0)))
-  *_, finished, returns, _ = carry
-  return jnp.mean(returns)
+  return carry[-2]
+
+
+def jax_return(agent: Any, env: Any, nets: Any, key: jax.Array) -> jax.Array:
+  """Mean return of one episode in each of `env`'s environments (`jax_returns`)."""
+  return jnp.mean(jax_returns(agent, env, nets, key))
+
+
+def jax_results(agent: Any, env: Any, nets: Any, key: jax.Array, games: bool
+                ) -> Dict[str, jax.Array]:
+  """`eval_return`, and for `games` (a self-play game's evaluation against a fixed
+  opponent, results +1/0/-1) `eval_win_rate`: the fraction of episodes won."""
+  returns = jax_returns(agent, env, nets, key)
+  results = dict(eval_return=jnp.mean(returns))
+  if games:
+    results["eval_win_rate"] = jnp.mean((returns > 0).astype(jnp.float32))
+  return results
 
 
 def host_return(act: Callable[..., Any], init_actor: Callable[..., Any], env: Any,

@@ -392,18 +392,27 @@ class Anakin(Runtime):
     return jax.tree.map(lambda x: x[::self.mesh_data].reshape(-1, *x.shape[2:]), gathered)
 
   def _evaluator(self, evaluation: Any) -> Callable[[AnakinState, int], Any]:
-    """`eval_return` of replica 0's parameters, on a fresh batch of environments; with
-    many runs, a list of each run's (its own agent and parameters, the same key)."""
-    env = VectorEnv(self.env.env, evaluation.episodes)
+    """The evaluation's record fields (`eval_return`; `eval_win_rate` for a self-play
+    game) for replica 0's parameters, on a fresh batch of the environment's
+    `evaluation_env`; with many runs, a list of each run's (its own agent and parameters,
+    the same key)."""
+    env = VectorEnv(self.env.env.evaluation_env(), evaluation.episodes)
+    games = bool(self.env.env.spec().zero_sum)
+    plain = lambda results: {k: float(v) for k, v in results.items()}
     if not self.runs:
-      play = jax.jit(functools.partial(evaluation_lib.jax_return, self.agent, env))
-      return lambda state, env_steps: float(play(
+      play = jax.jit(functools.partial(evaluation_lib.jax_results, self.agent, env,
+                                       games=games))
+      return lambda state, env_steps: plain(play(
           self.per_run(state.agent.nets), evaluation.key(env_steps)))
-    play_run = lambda nets, hp, key: evaluation_lib.jax_return(
-        self._run_agent(hp), env, nets, key)
+    play_run = lambda nets, hp, key: evaluation_lib.jax_results(
+        self._run_agent(hp), env, nets, key, games)
     play = jax.jit(jax.vmap(play_run, in_axes=(0, 0, None)))
-    return lambda state, env_steps: [float(x) for x in play(
-        self.per_run(state.agent.nets), self.hparams_now(state), evaluation.key(env_steps))]
+
+    def each_run(state, env_steps):
+      results = play(self.per_run(state.agent.nets), self.hparams_now(state),
+                     evaluation.key(env_steps))
+      return [plain({k: v[r] for k, v in results.items()}) for r in range(self.num_runs)]
+    return each_run
 
   def saved_state(self, checkpointer: Any) -> AnakinState:
     """The latest checkpoint's state, laid on this run's mesh (podracer.play)."""
@@ -505,7 +514,7 @@ class _CallRecords:
       window.add_metrics(run_metrics)
       record = window.record(env_steps=env_steps, updates=(call + 1) * anakin.updates_per_call)
       if evaluated is not None:
-        record["eval_return"] = evaluated[r] if runs else evaluated
+        record.update(evaluated[r] if runs else evaluated)
       record.update(rates)
       record.update(warming_up(record, self.replay))
       records.append({**labels[r], **record} if runs else record)

@@ -38,6 +38,11 @@ class Environment(abc.ABC):
   def spec(self) -> EnvSpec:
     """Observation and action specs of a single environment."""
 
+  def evaluation_env(self) -> "Environment":
+    """The environment evaluation plays (`eval_interval`): this one, unless it says
+    otherwise (a self-play game is evaluated against a fixed opponent)."""
+    return self
+
 
 def observation_spec(env: Environment) -> PyTree:
   """The ArraySpecs of an environment's observations, from an abstract reset (traced,

@@ -1,15 +1,28 @@
-"""Pgx's two-player board games as one player's environment (`pip install -e ".[pgx]"`).
+"""Pgx's two-player board games (`pip install -e ".[pgx]"`), against an opponent or in
+self-play.
 
-The agent plays one seat, drawn for each episode, against a uniformly random legal
-opponent (`opponent="random"`); an episode is one game and its reward the agent's result
-(+1 win, -1 loss, 0 draw for tic-tac-toe and connect four). The observation is Pgx's, from
-the agent's side, with the legal actions as its `action_mask`. Self-play, where both seats
-are the learning agent, is a runtime's matter, not this adapter's.
+  opponent="random"  the agent plays one seat, drawn for each game, against a uniformly
+                     random legal opponent; an episode is one game and its reward the
+                     agent's result (+1 win, -1 loss, 0 draw in tic-tac-toe and connect
+                     four).
+  opponent="mcts"    the same against pure Monte-Carlo tree search: mctx's PUCT over the
+                     true game with a uniform prior over legal moves, each new leaf valued
+                     by one random playout, `opponent_simulations` simulations a move, the
+                     most visited move played (the fixed baseline of docs/agents.md).
+  opponent="self"    self-play: the agent plays both seats. Each timestep is the player to
+                     move's, its reward the mover's result, and its discount -1 where the
+                     turn passes (`EnvSpec.zero_sum`: negamax targets for every agent).
+
+The observation is Pgx's, from the side of the player to move, with its legal actions as
+the `action_mask`. Games may start after up to `opening_moves` uniformly random moves
+(drawn per game; none that ends it): a self-playing agent then meets positions other
+than its own line of play. Evaluation (`eval_interval`) plays `eval_opponent` (random or
+mcts) from the empty board and a seat drawn per game, whatever the training opponent.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Tuple
+from typing import Callable, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -19,25 +32,87 @@ from podracer.agent import random_legal
 from podracer.components.environments.base import (Environment, observation_spec, restart,
                                                    transition)
 from podracer.components.environments.suites import api_of, require
-from podracer.types import (ACTION_MASK, DiscreteSpec, EnvSpec, PyTree, TimeStep,
+from podracer.types import (ACTION_MASK, ILLEGAL, DiscreteSpec, EnvSpec, PyTree, TimeStep,
                             strip_weak_types)
+
+OPPONENTS = ("random", "mcts", "self")
 
 
 class PgxState(NamedTuple):
   game: PyTree        # pgx.State
-  seat: jax.Array     # the player id the agent plays
+  seat: jax.Array     # the player id the agent plays (-1 in self-play: both)
   key: jax.Array
+
+
+def playout_value(game_step: Callable, game: PyTree, key: jax.Array) -> jax.Array:
+  """The result, for the player to move in `game`, of one game played on from it with
+  uniformly random legal moves (0 if `game` has ended)."""
+  player = game.current_player
+
+  def going(carry):
+    return ~(carry[0].terminated | carry[0].truncated)
+
+  def move(carry):
+    game, key = carry
+    key, action_key, step_key = jax.random.split(key, 3)
+    return game_step(game, random_legal(action_key, game.legal_action_mask), step_key), key
+
+  end, _ = jax.lax.while_loop(going, move, (game, key))
+  return jnp.where(game.terminated | game.truncated, 0.0, end.rewards[player])
+
+
+def mcts_move(game_step: Callable, game: PyTree, key: jax.Array,
+              num_simulations: int) -> jax.Array:
+  """Pure MCTS's move (int32) in one game: `mctx.muzero_policy` over the true game, a
+  uniform prior over legal moves, each new leaf valued by `playout_value`, the most
+  visited move (no root noise)."""
+  import mctx  # pylint: disable=import-outside-toplevel
+
+  def prior(games):
+    return jnp.where(games.legal_action_mask, 0.0, ILLEGAL)
+
+  def recurrent(params, key, action, games):
+    del params
+    keys = jax.random.split(key, (2, action.shape[0]))
+    after = jax.vmap(game_step)(games, action, keys[0])
+    mover = games.current_player
+    reward = jnp.take_along_axis(after.rewards, mover[:, None], axis=1)[:, 0]
+    turn = jnp.where(after.current_player == mover, 1.0, -1.0)
+    return mctx.RecurrentFnOutput(
+        reward=reward, discount=jnp.where(after.terminated, 0.0, turn),
+        prior_logits=prior(after),
+        value=jax.vmap(playout_value, in_axes=(None, 0, 0))(game_step, after, keys[1])
+    ), after
+
+  root_key, search_key = jax.random.split(key)
+  games = jax.tree.map(lambda x: x[None], game)
+  root = mctx.RootFnOutput(prior_logits=prior(games), embedding=games,
+                           value=playout_value(game_step, game, root_key)[None])
+  out = mctx.muzero_policy(None, search_key, root, recurrent, num_simulations,
+                           invalid_actions=~games.legal_action_mask,
+                           dirichlet_fraction=0.0, temperature=0.0)
+  return out.action[0].astype(jnp.int32)
 
 
 @registry.environments.register("pgx")
 class Pgx(Environment):
-  """`pgx.make(env_id)` against a random opponent, the agent's seat drawn per game."""
+  """`pgx.make(env_id)` against an `opponent` (random, mcts) or in self-play (self)."""
 
-  def __init__(self, env_id: str = "tic_tac_toe", opponent: str = "random"):
+  def __init__(self, env_id: str = "tic_tac_toe", opponent: str = "random",
+               eval_opponent: str = "random", opponent_simulations: int = 64,
+               opening_moves: int = 0):
     pgx = require("pgx", f"pgx {env_id}", "pgx")
-    if opponent != "random":
-      raise ValueError(f"Pgx's opponent {opponent!r} is not offered; options: random.")
-    self.env_id = env_id
+    for key, value, options in (("opponent", opponent, OPPONENTS),
+                                ("eval_opponent", eval_opponent, OPPONENTS[:2])):
+      if value not in options:
+        raise ValueError(f"`env.{key}={value}` is not offered for Pgx; options: "
+                         f"{', '.join(options)}.")
+    for key, value, low in (("opponent_simulations", opponent_simulations, 1),
+                            ("opening_moves", opening_moves, 0)):
+      if not isinstance(value, int) or value < low:
+        raise ValueError(f"`env.{key}` must be an integer >= {low}, got {value!r}.")
+    self.env_id, self.opponent, self.eval_opponent = env_id, opponent, eval_opponent
+    self.opponent_simulations, self.opening_moves = opponent_simulations, opening_moves
     with api_of("pgx", f"pgx {env_id}"):
       self._env = pgx.make(env_id)
       if self._env.num_players != 2:
@@ -48,21 +123,54 @@ class Pgx(Environment):
   def _observe(self, game) -> dict:
     return {"observation": game.observation, ACTION_MASK: game.legal_action_mask}
 
+  def _step_game(self, game, action, key):
+    return self._env.step(game, action, key)
+
+  def _opponent_move(self, game, key: jax.Array) -> jax.Array:
+    if self.opponent == "mcts":
+      return mcts_move(self._step_game, game, key, self.opponent_simulations)
+    return random_legal(key, game.legal_action_mask)
+
   def _opponent(self, game, seat: jax.Array, key: jax.Array):
     """The opponent's move where it is to play (and the game goes on)."""
     move = (game.current_player != seat) & ~(game.terminated | game.truncated)
     opponent_key, step_key = jax.random.split(key)
-    moved = self._env.step(game, random_legal(opponent_key, game.legal_action_mask), step_key)
-    return jax.tree.map(lambda a, b: jnp.where(move, a, b), moved, game)
+    moved = jax.lax.cond(
+        move, lambda: self._env.step(game, self._opponent_move(game, opponent_key), step_key),
+        lambda: game)
+    return moved
+
+  def _opening(self, game, key: jax.Array):
+    """Up to `opening_moves` uniformly random moves (how many drawn per game), each
+    skipped if it would end the game: self-play then meets positions its own play
+    would not reach (a deterministic policy's self-play repeats one game)."""
+    count_key, key = jax.random.split(key)
+    count = jax.random.randint(count_key, (), 0, self.opening_moves + 1)
+
+    def move(game, xs):
+      i, key = xs
+      action_key, step_key = jax.random.split(key)
+      moved = self._env.step(game, random_legal(action_key, game.legal_action_mask), step_key)
+      keep = (i < count) & ~(moved.terminated | moved.truncated)
+      return jax.tree.map(lambda a, b: jnp.where(keep, a, b), moved, game), None
+    steps = (jnp.arange(self.opening_moves), jax.random.split(key, self.opening_moves))
+    return jax.lax.scan(move, game, steps)[0]
 
   def reset(self, key: jax.Array) -> Tuple[PgxState, TimeStep]:
     key, init_key, seat_key, move_key = jax.random.split(key, 4)
     game = self._env.init(init_key)
-    seat = jax.random.bernoulli(seat_key).astype(game.current_player.dtype)
-    game = self._opponent(game, seat, move_key)
+    if self.opening_moves:
+      game = self._opening(game, jax.random.fold_in(init_key, 1))
+    if self.opponent == "self":
+      seat = jnp.full_like(game.current_player, -1)
+    else:
+      seat = jax.random.bernoulli(seat_key).astype(game.current_player.dtype)
+      game = self._opponent(game, seat, move_key)
     return PgxState(game, seat, key), restart(strip_weak_types(self._observe(game)))
 
   def step(self, state: PgxState, action: jax.Array) -> Tuple[PgxState, TimeStep]:
+    if self.opponent == "self":
+      return self._self_play_step(state, action)
     key, step_key, move_key = jax.random.split(state.key, 3)
     moved = self._env.step(state.game, action.astype(jnp.int32), step_key)
     game = self._opponent(moved, state.seat, move_key)
@@ -72,8 +180,27 @@ class Pgx(Environment):
                           terminated=game.terminated, truncated=game.truncated)
     return PgxState(game, state.seat, key), timestep
 
+  def _self_play_step(self, state: PgxState, action: jax.Array):
+    """The mover's move: its reward, and discount -1 where the other player moves next."""
+    key, step_key = jax.random.split(state.key)
+    mover = state.game.current_player
+    game = self._env.step(state.game, action.astype(jnp.int32), step_key)
+    turn = jnp.where(game.current_player == mover, 1.0, -1.0)
+    timestep = transition(strip_weak_types(self._observe(game)), game.rewards[mover],
+                          terminated=game.terminated, truncated=game.truncated)
+    timestep = timestep._replace(discount=jnp.where(game.terminated, 0.0, turn))
+    return PgxState(game, state.seat, key), timestep
+
+  def evaluation_env(self) -> "Pgx":
+    """Against `eval_opponent`, from a seat drawn per game."""
+    if self.opponent == self.eval_opponent:
+      return self
+    return Pgx(self.env_id, opponent=self.eval_opponent,
+               opponent_simulations=self.opponent_simulations)  # From the empty board.
+
   def spec(self) -> EnvSpec:
-    return EnvSpec(observation=self._obs, action=DiscreteSpec(int(self._env.num_actions)))
+    return EnvSpec(observation=self._obs, action=DiscreteSpec(int(self._env.num_actions)),
+                   zero_sum=self.opponent == "self")
 
   def __repr__(self) -> str:
-    return f"Pgx({self.env_id!r})"
+    return f"Pgx({self.env_id!r}, opponent={self.opponent!r})"

