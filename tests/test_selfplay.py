@@ -64,6 +64,12 @@ def test_opening_moves_start_games_off_the_empty_board():
   assert set(np.unique(stones)) == set(range(7))
   assert not np.asarray(states.game.terminated).any()
   assert (np.asarray(first.step_type) == StepType.FIRST).all()
+  # Evaluation plays from the empty board, against `eval_opponent`.
+  for opponent in ("self", "random"):
+    judge = Pgx("connect_four", opponent=opponent, opening_moves=6).evaluation_env()
+    assert (judge.opponent, judge.opening_moves) == ("random", 0)
+  plain = Pgx("connect_four")
+  assert plain.evaluation_env() is plain
 
 
 def test_negamax_targets_of_muzero_and_gae():

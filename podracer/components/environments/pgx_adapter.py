@@ -193,7 +193,7 @@ class Pgx(Environment):
 
   def evaluation_env(self) -> "Pgx":
     """Against `eval_opponent`, from a seat drawn per game."""
-    if self.opponent == self.eval_opponent:
+    if self.opponent == self.eval_opponent and not self.opening_moves:
       return self
     return Pgx(self.env_id, opponent=self.eval_opponent,
                opponent_simulations=self.opponent_simulations)  # From the empty board.
