@@ -276,7 +276,7 @@ def _parse_flags(argv):
   # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/config/runs.py.
   _CONFIG_PARSER.sweeps, argv = runs_lib.sweep_args(argv)
   _CONFIG_PARSER.bounds, argv = runs_lib.sweep_args(argv, runs_lib.BOUNDS_FLAG)
-  _CONFIG_PARSER.overrides = [a[len("--config."):].split("=", 1)[0] for a in argv
+  _CONFIG_PARSER.overrides = [_override_path(a) for a in argv
                               if a.startswith("--config.") and "=" in a]
   # ml_collections finds the overrides to define in sys.argv itself.
   sys.argv[:] = argv
@@ -297,12 +297,17 @@ def _parse_flags(argv):
     _fail(_override_error(bad, e))
 
 
+def _override_path(arg: str) -> str:
+  """KEY.PATH of an override `--config.KEY.PATH=VALUE`."""
+  return arg[len("--config."):].split("=", 1)[0]
+
+
 def _override_error(overrides, error):
   """One plain-text sentence for an override ml_collections could not apply."""
   from podracer.config import compose  # pylint: disable=import-outside-toplevel
   config = _CONFIG_PARSER.config
   for arg in overrides:
-    path = arg[len("--config."):].split("=", 1)[0]
+    path = _override_path(arg)
     why = config is not None and compose.unknown_key_message(config, path)
     if why:
       return f"could not apply {arg}: {why}"

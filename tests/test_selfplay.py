@@ -20,20 +20,7 @@ from podracer.types import StepType, TimeStep
 from podracer.logs.metrics import tail_mean
 from tests.learning import last_fifth_means, launch_runs, returns_by_run
 from tests.test_launch import launch
-
-
-def _random_self_play(env, num_envs=16, steps=80, seed=0):
-  """Random legal moves in a VectorEnv of `env`: the timesteps [steps, num_envs]."""
-  vec = VectorEnv(env, num_envs)
-
-  def body(carry, key):
-    state, timestep = carry
-    logits = jnp.where(timestep.observation["action_mask"], 0.0, -1e9)
-    state, timestep, _ = vec.step(state, jax.random.categorical(key, logits))
-    return (state, timestep), timestep
-
-  run = jax.jit(lambda key: jax.lax.scan(body, vec.reset(key), jax.random.split(key, steps))[1])
-  return jax.tree.map(np.asarray, run(jax.random.PRNGKey(seed)))
+from tests.test_suites import _random_episodes
 
 
 def test_self_play_steps_are_the_movers_and_pass_the_turn():
@@ -42,7 +29,7 @@ def test_self_play_steps_are_the_movers_and_pass_the_turn():
   discount -1, a game's end discount 0 and the last mover's result (it never loses)."""
   env = Pgx("connect_four", opponent="self")
   assert env.spec().zero_sum and not Pgx("connect_four").spec().zero_sum
-  timestep = _random_self_play(env)
+  _, timestep = _random_episodes(env, num_envs=16, steps=80)
   board = timestep.observation["observation"]                  # [S, B, 6, 7, 2]
   mid, last = timestep.step_type == StepType.MID, timestep.step_type == StepType.LAST
   assert (timestep.discount[mid] == -1.0).all() and (timestep.discount[last] == 0.0).all()

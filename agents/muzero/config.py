@@ -170,7 +170,8 @@ def atari_sebulba() -> config_dict.ConfigDict:
 
 
 CONFIGS = {"catch_anakin": catch_anakin, "cartpole_anakin": cartpole_anakin,
-           "pixel_catch_anakin": pixel_catch_anakin, "connect_four_anakin": connect_four_anakin, "cartpole_sebulba": cartpole_sebulba,
+           "pixel_catch_anakin": pixel_catch_anakin,
+           "connect_four_anakin": connect_four_anakin, "cartpole_sebulba": cartpole_sebulba,
            "atari_sebulba": atari_sebulba}
 
 get_config = presets.getter("MuZero", CONFIGS, default="catch_anakin")

@@ -397,7 +397,7 @@ class Anakin(Runtime):
     `evaluation_env`; with many runs, a list of each run's (its own agent and parameters,
     the same key)."""
     env = VectorEnv(self.env.env.evaluation_env(), evaluation.episodes)
-    games = bool(self.env.env.spec().zero_sum)
+    games = bool(self.agent.spec.zero_sum)
     plain = lambda results: {k: float(v) for k, v in results.items()}
     if not self.runs:
       play = jax.jit(functools.partial(evaluation_lib.jax_results, self.agent, env,

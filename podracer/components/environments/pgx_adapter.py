@@ -44,6 +44,13 @@ class PgxState(NamedTuple):
   key: jax.Array
 
 
+def turn_discount(after: PyTree, mover: jax.Array) -> jax.Array:
+  """Self-play's discount into `after`, a move of `mover`'s: 0 where the game ended, -1
+  where the other player moves next, 1 where `mover` moves again."""
+  turn = jnp.where(after.current_player == mover, 1.0, -1.0)
+  return jnp.where(after.terminated, 0.0, turn)
+
+
 def playout_value(game_step: Callable, game: PyTree, key: jax.Array) -> jax.Array:
   """The result, for the player to move in `game`, of one game played on from it with
   uniformly random legal moves (0 if `game` has ended)."""
@@ -77,9 +84,8 @@ def mcts_move(game_step: Callable, game: PyTree, key: jax.Array,
     after = jax.vmap(game_step)(games, action, keys[0])
     mover = games.current_player
     reward = jnp.take_along_axis(after.rewards, mover[:, None], axis=1)[:, 0]
-    turn = jnp.where(after.current_player == mover, 1.0, -1.0)
     return mctx.RecurrentFnOutput(
-        reward=reward, discount=jnp.where(after.terminated, 0.0, turn),
+        reward=reward, discount=turn_discount(after, mover),
         prior_logits=prior(after),
         value=jax.vmap(playout_value, in_axes=(None, 0, 0))(game_step, after, keys[1])
     ), after
@@ -135,10 +141,9 @@ class Pgx(Environment):
     """The opponent's move where it is to play (and the game goes on)."""
     move = (game.current_player != seat) & ~(game.terminated | game.truncated)
     opponent_key, step_key = jax.random.split(key)
-    moved = jax.lax.cond(
+    return jax.lax.cond(
         move, lambda: self._env.step(game, self._opponent_move(game, opponent_key), step_key),
         lambda: game)
-    return moved
 
   def _opening(self, game, key: jax.Array):
     """Up to `opening_moves` uniformly random moves (how many drawn per game), each
@@ -185,10 +190,9 @@ class Pgx(Environment):
     key, step_key = jax.random.split(state.key)
     mover = state.game.current_player
     game = self._env.step(state.game, action.astype(jnp.int32), step_key)
-    turn = jnp.where(game.current_player == mover, 1.0, -1.0)
     timestep = transition(strip_weak_types(self._observe(game)), game.rewards[mover],
                           terminated=game.terminated, truncated=game.truncated)
-    timestep = timestep._replace(discount=jnp.where(game.terminated, 0.0, turn))
+    timestep = timestep._replace(discount=turn_discount(game, mover))
     return PgxState(game, state.seat, key), timestep
 
   def evaluation_env(self) -> "Pgx":
