@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from podracer.experience import Replay
-from podracer.learning import Objective, init_opt_state
+from podracer.learning import META, Objective, init_opt_state
 from podracer.types import (ILLEGAL, ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory,
                             action_mask)
 
@@ -61,6 +61,11 @@ class Agent(abc.ABC):
   # Rates the metrics derive from env steps/s: {metric: work per env step}, e.g. MuZero's
   # {"simulations_per_s": num_simulations}; every record with `sps` gets each.
   rates_per_env_step: Mapping[str, float] = {}
+
+  # A meta-gradient component (`meta_loss` section, e.g. "meta_gradient") adapting the
+  # meta-parameters `meta_values` names, for an agent whose `update` asks `adapted` for
+  # them and builds its batch with `learning_batch`; None: they stay fixed.
+  meta_loss: Any = None
 
   def __init__(self, spec: EnvSpec, network: Any = None,
                objectives: Tuple[Objective, ...] = (), replay: Optional[Replay] = None):
@@ -118,8 +123,31 @@ class Agent(abc.ABC):
 
   def init_opt(self, nets: PyTree) -> PyTree:
     """Optimizer (and other learner) state for `nets`; by default, one optimizer state
-    per objective (`podracer.learning.init_opt_state` of `self.objectives`)."""
-    return init_opt_state(self.objectives, nets)
+    per objective (`podracer.learning.init_opt_state` of `self.objectives`), and the
+    meta-parameters' state under `META` where there is a `meta_loss`."""
+    opt = init_opt_state(self.objectives, nets)
+    if self.meta_loss is not None:
+      opt[META] = self.meta_loss.init(self.meta_values())
+    return opt
+
+  def meta_values(self) -> Dict[str, Any]:
+    """The meta-parameters a `meta_loss` may adapt, at their configured values:
+    {"discount": ..., "lambda": ...} for an agent whose `learning_batch` takes them."""
+    return {}
+
+  def learning_batch(self, trajectory: PyTree, values: Mapping[str, Any]) -> PyTree:
+    """The batch the objectives' losses take, built from `trajectory` with the
+    meta-parameters `values` (`meta_values`'s keys); agents with a `meta_loss` define it."""
+    raise NotImplementedError(f"{type(self).__name__} takes no `meta_loss`: it has no "
+                              "learning_batch.")
+
+  def adapted(self, nets: PyTree, opt: PyTree, trajectory: PyTree
+              ) -> Tuple[Dict[str, Any], PyTree, Metrics]:
+    """(the meta-parameters this update learns with, the learner state, metrics): the
+    `meta_loss`'s step on `trajectory`, or `meta_values()` unchanged without one."""
+    if self.meta_loss is None:
+      return self.meta_values(), opt, {}
+    return self.meta_loss.step(self, nets, opt, trajectory)
 
   def init_actor(self, key: jax.Array, num_envs: int) -> PyTree:
     """Per-environment actor state (recurrent state, exploration); none by default."""

@@ -270,6 +270,8 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
     injected["total_updates"] = total_updates
   for name, reg in compose.agent_sections(params).items():
     if name not in config:
+      if params[name].default is None:  # Off without its section (a `meta_loss`).
+        continue
       if params[name].default is not params[name].empty:  # Optional: the agent's default.
         sys.stderr.write(f"Warning: no `{name}` section; agent '{config.agent.name}' uses "
                          f"its default {name}.\n")

@@ -35,6 +35,9 @@ Metrics = Dict[str, jax.Array]
 
 # The optimizer-state key counting gradient steps; no objective may take this name.
 STEP = "gradient_steps"
+# The learner-state key of an agent's meta-parameters, where it has a `meta_loss`
+# (podracer/components/losses/meta_gradient.py); no objective may take it either.
+META = "meta"
 
 _bound = threading.local()  # The count `step()` returns while gradient_step runs.
 
@@ -81,8 +84,9 @@ def _with_owned(objective: Objective, nets: PyTree, owned: PyTree) -> PyTree:
 def init_opt_state(objectives: Sequence[Objective], nets: PyTree) -> Dict[str, PyTree]:
   """{objective.name: its optimizer's state for the parameters it owns}."""
   names = [o.name for o in objectives]
-  if len(set(names)) != len(names) or STEP in names:
-    raise ValueError(f"Objective names must be unique and not '{STEP}', got {names}.")
+  if len(set(names)) != len(names) or STEP in names or META in names:
+    raise ValueError(f"Objective names must be unique and not '{STEP}' or '{META}', got "
+                     f"{names}.")
   return {STEP: jnp.zeros((), jnp.int32),
           **{o.name: o.optimizer.init(_owned(o, nets)) for o in objectives}}
 
@@ -117,6 +121,26 @@ def gradient_step(objectives: Sequence[Objective], nets: PyTree, opt_state: Dict
   if STEP in opt_state:
     opt_state[STEP] = opt_state[STEP] + 1
   return nets, opt_state, metrics
+
+
+def total_loss(objectives: Sequence[Objective], nets: PyTree, opt_state: Dict[str, PyTree],
+               batch: PyTree, term: Optional[str] = None) -> jax.Array:
+  """The sum of the objectives' losses at `nets` on `batch`, taking no step: a validation
+  objective (meta-gradients). With `term`, the sum of that metric of theirs instead (a
+  loss's `policy_loss`). `step()` is the count in `opt_state`, as in gradient_step."""
+  _bound.step = opt_state.get(STEP)
+  try:
+    outputs = [objective.loss(nets, batch, None) for objective in objectives]
+  finally:
+    _bound.step = None
+  if term is None:
+    return sum(loss for loss, _ in outputs)
+  missing = [o.name for o, (_, metrics) in zip(objectives, outputs) if term not in metrics]
+  if missing:
+    raise ConfigError(f"The validation objective is the term `{term}`, which the loss of "
+                      f"objective(s) {missing} does not report (it reports: "
+                      f"{', '.join(sorted(outputs[0][1]))}).")
+  return sum(metrics[term] for _, metrics in outputs)
 
 
 def _apply(objective: Objective, nets: PyTree, opt_state: Dict[str, PyTree], batch: PyTree,

@@ -53,13 +53,22 @@ CASES = {
                 "--config.num_runs=2", "--config.sweep.optimizer.learning_rate=2.5e-4,1e-3",
                 "--config.population.kind=pbt", "--config.population.interval=4",
                 "--config.population.bounds.optimizer.learning_rate=1e-4,2e-3"],
+    # Meta-gradients (podracer/components/losses/meta_gradient.py): the adapted discount
+    # and lambda, and their Adam state, are learner state.
+    "ppo_meta_gradient": ["--config=agents/ppo/config.py:cartpole_anakin",
+                          "--config.runtime.num_envs_per_device=4",
+                          "--config.runtime.rollout_length=32",
+                          "--config.runtime.updates_per_call=4",
+                          "--config.total_env_steps=49152", "--config.agent.discount=0.9",
+                          "--config.meta_loss=meta_gradient"],
 }
 RECORDS_PER_CALL = {"ppo_runs": 4, "ppo_pbt": 4}
 # The reverb lane resumes PPO CartPole (orbax and typed keys of its JAX) and no more.
 REVERB_LANE = {"ppo_cartpole"}
 # Many runs resume as a population does (its case is PBT's and many runs' both): CI runs
-# `ppo_pbt`; the extended tier (scripts/test.sh --all) both.
-EXTENDED = {"ppo_runs"}
+# `ppo_pbt`; the extended tier (scripts/test.sh --all) both. A meta-gradient's state is
+# one more entry of the learner state `ppo_cartpole` resumes: extended too.
+EXTENDED = {"ppo_runs", "ppo_meta_gradient"}
 
 
 def start(args, run_dir, devices=8):

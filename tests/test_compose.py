@@ -130,14 +130,16 @@ def test_a_component_parameter_with_a_default_makes_its_section_optional(capsys)
 
   @registry.agents.register("test_optional_loss")
   class OptionalLoss:
-    def __init__(self, spec, loss=None):
-      self.loss = loss
+    def __init__(self, spec, loss="mine", meta_loss=None):
+      self.loss, self.meta_loss = loss, meta_loss
 
   try:
     config = config_dict.ConfigDict(dict(agent=dict(name="test_optional_loss")))
-    assert build_agent(config, spec=None, total_updates=1).loss is None
-    assert ("Warning: no `loss` section; agent 'test_optional_loss' uses its default loss."
-            in capsys.readouterr().err)
+    agent = build_agent(config, spec=None, total_updates=1)
+    assert (agent.loss, agent.meta_loss) == ("mine", None)
+    # A default component is said; a section whose default is None is a feature left off.
+    assert capsys.readouterr().err == ("Warning: no `loss` section; agent "
+                                       "'test_optional_loss' uses its default loss.\n")
   finally:
     registry.agents.unregister("test_optional_loss")
 

@@ -31,10 +31,11 @@ class IMPALA(Agent):
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
                optimizer: optax.GradientTransformation,
-               discount: Annotated[float, Probability] = 0.99):
+               discount: Annotated[float, Probability] = 0.99, meta_loss: Any = None):
     super().__init__(spec, network, [Objective("impala", self._loss, optimizer)])
     self.loss = loss
     self.discount = discount
+    self.meta_loss = meta_loss  # Adapts discount and V-trace's lambda online, if given.
 
   def policy_lag_corrected(self):  # Any: V-trace corrects for the policy that acted.
     return None
@@ -58,15 +59,23 @@ class IMPALA(Agent):
     del experience  # On-policy up to the actors' lag: learn from the newest trajectory.
     return trajectory
 
-  def update(self, nets, opt, experience: Trajectory, key):
-    batch = vtrace_batch(experience.timestep, experience.action,
-                         experience.extras["log_prob"], discount=self.discount)
-    nets, opt, metrics = gradient_step(self.objectives, nets, opt, (experience, batch), key)
-    return nets, opt, experience, metrics
+  def meta_values(self):
+    return {"discount": self.discount, "lambda": self.loss.lambda_}
 
-  def _loss(self, nets, experience_and_batch, key):
+  def learning_batch(self, trajectory: Trajectory, values):
+    return trajectory, vtrace_batch(trajectory.timestep, trajectory.action,
+                                    trajectory.extras["log_prob"],
+                                    discount=values["discount"]), values["lambda"]
+
+  def update(self, nets, opt, experience: Trajectory, key):
+    values, opt, meta = self.adapted(nets, opt, experience)
+    nets, opt, metrics = gradient_step(self.objectives, nets, opt,
+                                       self.learning_batch(experience, values), key)
+    return nets, opt, experience, {**metrics, **meta}
+
+  def _loss(self, nets, learning_batch, key):
     del key
-    experience, batch = experience_and_batch
+    experience, batch, lambda_ = learning_batch
     time_and_batch = experience.action.shape[:2]
     # Feedforward nets see T+1 steps of B envs as one batch of (T+1)*B observations.
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]),
@@ -74,4 +83,4 @@ class IMPALA(Agent):
     out = self.network.apply(nets, flat)
     logits = legal(out.logits, flat).reshape(*time_and_batch, -1)
     values = out.value.reshape(time_and_batch)
-    return self.loss(logits[:-1], values, batch)
+    return self.loss(logits[:-1], values, batch, lambda_=lambda_)

@@ -33,13 +33,14 @@ class PPO(Agent):
                optimizer: optax.GradientTransformation,
                discount: Annotated[float, Probability] = 0.99,
                gae_lambda: Annotated[float, Probability] = 0.95,
-               num_epochs: int = 4, num_minibatches: int = 4):
+               num_epochs: int = 4, num_minibatches: int = 4, meta_loss: Any = None):
     super().__init__(spec, network, [Objective("ppo", self._loss, optimizer)])
     self.loss = loss
     self.discount = discount
     self.gae_lambda = gae_lambda
     self.num_epochs = num_epochs
     self.num_minibatches = num_minibatches
+    self.meta_loss = meta_loss  # Adapts discount and lambda online, if given.
 
   def policy_lag_corrected(self):  # Any: the ratio is to the policy that acted.
     return None
@@ -68,12 +69,18 @@ class PPO(Agent):
     del experience  # On-policy: learn from the newest trajectory only.
     return trajectory
 
+  def meta_values(self):
+    return {"discount": self.discount, "lambda": self.gae_lambda}
+
+  def learning_batch(self, trajectory: Trajectory, values) -> PolicyGradientBatch:
+    return policy_gradient_batch(trajectory, values["discount"], values["lambda"])
+
   def update(self, nets, opt, experience: Trajectory, key):
+    values, opt, meta = self.adapted(nets, opt, experience)
     nets, opt, metrics = minibatch_epochs(
-        self.objectives, nets, opt,
-        policy_gradient_batch(experience, self.discount, self.gae_lambda), key,
+        self.objectives, nets, opt, self.learning_batch(experience, values), key,
         num_epochs=self.num_epochs, num_minibatches=self.num_minibatches)
-    return nets, opt, experience, metrics
+    return nets, opt, experience, {**metrics, **meta}
 
   def _loss(self, nets, minibatch: PolicyGradientBatch, key):
     del key

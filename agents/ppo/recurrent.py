@@ -14,7 +14,6 @@ import jax.numpy as jnp
 from podracer import registry
 from podracer.agent import greedy, legal
 from podracer.components.losses import categorical_log_prob, policy_gradient_batch
-from podracer.learning import minibatch_epochs
 from podracer.types import ActorOutput, PyTree, StepType, TimeStep, Trajectory
 
 from agents.ppo.agent import PPO
@@ -59,11 +58,8 @@ class RecurrentPPO(PPO):
     out, state = self._policy(nets, actor_state, timestep)
     return greedy(out.logits), state
 
-  def update(self, nets, opt, experience: Trajectory, key):
-    nets, opt, metrics = minibatch_epochs(
-        self.objectives, nets, opt, sequences(experience, self.discount, self.gae_lambda),
-        key, num_epochs=self.num_epochs, num_minibatches=self.num_minibatches)
-    return nets, opt, experience, metrics
+  def learning_batch(self, trajectory: Trajectory, values):
+    return sequences(trajectory, values["discount"], values["lambda"])
 
   def _loss(self, nets, minibatch, key):
     del key

@@ -169,13 +169,23 @@ def _field_type(annotation: Any) -> type:
 
 
 def choose(config: config_dict.ConfigDict, choices: Mapping[str, str]) -> None:
-  """Replaces each section `key` in `choices` with its component's defaults."""
+  """Replaces each section `key` in `choices` with its component's defaults (adds it, for
+  a section the agent takes that the config leaves out)."""
   for key, name in choices.items():
     reg = section_registry(key)
-    if key not in config:
+    if key not in config and not _agent_uses(config, key):
       raise ConfigError(f"--config.{key}={name} replaces the section `{key}`, which this "
                         f"config does not have; {sections_message(config)}")
     config[key] = section_defaults(reg, name, key)
+
+
+def _agent_uses(config: config_dict.ConfigDict, key: str) -> bool:
+  """Whether the config's agent names the section `key` (one a config may leave out:
+  `--config.meta_loss=meta_gradient` adds it)."""
+  try:
+    return key in used_sections(config)
+  except (AttributeError, KeyError, ConfigError):
+    return False
 
 
 def add_accepted(config: config_dict.ConfigDict, paths: Sequence[str]) -> None:

@@ -1,12 +1,14 @@
 """Loss components: pure functions of network outputs and a batch (see `registry.losses`)."""
 
 from podracer.components.losses.actor_critic import (PolicyGradientBatch, PPOLoss,
-                                                     categorical_entropy,
+                                                     categorical_entropy, clipped_surrogate,
                                                      categorical_log_prob,
                                                      generalized_advantages, normalize,
                                                      policy_gradient_batch, transition_mask)
 from podracer.components.losses.learned_policy import (LearnedPolicyLoss, learned_drift,
                                                        load_drift, zero_drift)
+from podracer.components.losses.meta_gradient import (MetaGradient, MetaState,
+                                                      halves_in_time)
 from podracer.components.losses.q_learning import (QLambdaLoss, QLearningLoss,
                                                    n_step_double_q_targets,
                                                    n_step_double_q_td, n_step_returns,
@@ -16,8 +18,10 @@ from podracer.components.losses.sac import (soft_policy_loss, soft_q_target,
 from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_batch
 
 __all__ = ["PolicyGradientBatch", "PPOLoss", "categorical_entropy", "categorical_log_prob",
+           "clipped_surrogate",
            "generalized_advantages", "normalize", "policy_gradient_batch", "transition_mask",
            "LearnedPolicyLoss", "learned_drift", "load_drift", "zero_drift",
+           "MetaGradient", "MetaState", "halves_in_time",
            "QLearningLoss", "n_step_double_q_targets", "n_step_double_q_td",
            "QLambdaLoss", "q_lambda_targets",
            "n_step_returns", "value_rescaling",

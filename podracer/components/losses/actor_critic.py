@@ -59,7 +59,9 @@ def policy_gradient_batch(trajectory: Trajectory, discount: float,
   """Flattens a [T+1, B] trajectory into the [T*B] transitions an actor-critic loss sees:
   GAE(lambda) advantages and value targets from the acting values (`extras["value"]`),
   and the acting log-probabilities (`extras["log_prob"]`)."""
-  values = trajectory.extras["value"]
+  # The acting values are data: targets take no gradient in the network's parameters,
+  # and keep one in the discount and lambda (a meta-gradient's).
+  values = jax.lax.stop_gradient(trajectory.extras["value"])
   advantages, targets = generalized_advantages(
       trajectory.timestep, values, discount=discount, gae_lambda=gae_lambda)
   head = lambda x: x[:-1].reshape(-1, *x.shape[2:])
@@ -69,7 +71,7 @@ def policy_gradient_batch(trajectory: Trajectory, discount: float,
       behaviour_log_prob=head(trajectory.extras["log_prob"]),
       behaviour_value=head(values),
       advantage=advantages.reshape(-1),
-      value_target=jax.lax.stop_gradient(targets).reshape(-1),
+      value_target=targets.reshape(-1),
       mask=transition_mask(trajectory.timestep).reshape(-1))
 
 
@@ -144,5 +146,10 @@ class PPOLoss:
   def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
     """The per-step objective the policy ascends: min(rho A, clip(rho) A), which is
     rho A - relu((rho - clip(rho)) A), PPO's drift (Lu et al. 2022's mirror-learning form)."""
-    clipped_ratio = jnp.clip(ratio, 1.0 - self.clip_epsilon, 1.0 + self.clip_epsilon)
-    return jnp.minimum(ratio * advantage, clipped_ratio * advantage)
+    return clipped_surrogate(ratio, advantage, self.clip_epsilon)
+
+
+def clipped_surrogate(ratio: jax.Array, advantage: jax.Array, epsilon) -> jax.Array:
+  """PPO's per-step surrogate min(rho A, clip(rho, 1 - eps, 1 + eps) A)."""
+  clipped_ratio = jnp.clip(ratio, 1.0 - epsilon, 1.0 + epsilon)
+  return jnp.minimum(ratio * advantage, clipped_ratio * advantage)

@@ -15,7 +15,7 @@ Episode boundaries inside a sequence (rlax's recursion knows nothing of them):
 
 from __future__ import annotations
 
-from typing import Annotated, NamedTuple, Tuple
+from typing import Annotated, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -79,27 +79,31 @@ class VTraceLoss:
     self.clip_pg_rho_threshold = clip_pg_rho_threshold
     self.lambda_ = lambda_
 
-  def __call__(self, logits: jax.Array, values: jax.Array,
-               batch: VTraceBatch) -> Tuple[jax.Array, Metrics]:
+  def __call__(self, logits: jax.Array, values: jax.Array, batch: VTraceBatch,
+               lambda_: Optional[jax.Array] = None) -> Tuple[jax.Array, Metrics]:
+    """`lambda_` replaces the configured one (a meta-gradient's adapted lambda)."""
     mask = batch.mask
+    lambda_ = self.lambda_ if lambda_ is None else lambda_
     log_prob = categorical_log_prob(logits, batch.action)
     rho = jnp.exp(jax.lax.stop_gradient(log_prob) - batch.behaviour_log_prob)
     # mask[t+1] = 0 exactly where s_{t+1} is LAST: cut the trace before the reset
     # transition. The last step's lambda is unused by rlax (it bootstraps from values[T]).
-    lambda_t = self.lambda_ * jnp.concatenate([mask[1:], jnp.ones_like(mask[:1])])
+    lambda_t = lambda_ * jnp.concatenate([mask[1:], jnp.ones_like(mask[:1])])
     # rlax 0.1.7 and 0.1.9 agree on these arguments (0.1.9 adds `sample_mask`, unused).
+    # Its targets take no gradient in the network's parameters (their inputs are held
+    # constant here), and keep one in the discount and lambda: a meta-gradient's.
     vtrace = jax.vmap(
         lambda v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_:
         rlax.vtrace_td_error_and_advantage(
             v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_,
             clip_rho_threshold=self.clip_rho_threshold,
-            clip_pg_rho_threshold=self.clip_pg_rho_threshold),
+            clip_pg_rho_threshold=self.clip_pg_rho_threshold, stop_target_gradients=False),
         in_axes=1, out_axes=1)
-    v_tm1, v_t = values[:-1], values[1:]
-    out = vtrace(jax.lax.stop_gradient(v_tm1), jax.lax.stop_gradient(v_t), batch.reward,
+    v_tm1, constant_v_tm1 = values[:-1], jax.lax.stop_gradient(values[:-1])
+    out = vtrace(constant_v_tm1, jax.lax.stop_gradient(values[1:]), batch.reward,
                  batch.discount, rho, lambda_t)
-    value_target = jax.lax.stop_gradient(out.errors + v_tm1)
-    pg_advantage = jax.lax.stop_gradient(out.pg_advantage)
+    value_target = out.errors + constant_v_tm1
+    pg_advantage = out.pg_advantage
 
     policy_loss = -_masked_mean(log_prob * pg_advantage, mask)
     value_loss = 0.5 * _masked_mean(jnp.square(value_target - v_tm1), mask)
