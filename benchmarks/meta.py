@@ -4,6 +4,8 @@ commands do (docs/meta.md):
   python benchmarks/meta.py                          # CartPole, lifted onto Catch too
   python benchmarks/meta.py --generations=30 --population=16 --inner_env_steps=65536 \
       --tasks="agents/ppo/config.py:cartpole_anakin;agents/ppo/config.py:catch_anakin"
+  # A task with overrides: the config and each override joined by "|".
+  python benchmarks/meta.py --tasks="agents/ppo/config.py:cartpole_anakin|--config.env=gymnax|--config.env.env_id=Acrobot-v1"
 
 1. `python -m podracer.meta` on `--config` (its progress lines pass through).
 2. For each of `--tasks`: PPO's loss and the learned one (`--config.loss=learned_policy
@@ -50,24 +52,50 @@ def meta_train(args: argparse.Namespace, workdir: str) -> str:
   return os.path.join(workdir, "learned_objective.npz")
 
 
-def held(task: str, args: argparse.Namespace, objective: str = "") -> List[float]:
-  """Each seed's last-20 % mean return, training with PPO's loss or `objective`."""
+def launch_records(task: str, seeds: int, env_steps: int, overrides=()) -> List[dict]:
+  """The records of `task` trained with `seeds` seeds in one program (seeds from 100: not
+  a meta-training's), `env_steps` each, one device, as a user's command runs it."""
   with tempfile.TemporaryDirectory() as workdir:
     command = [sys.executable, "-m", "podracer.launch", f"--config={task}",
-               f"--workdir={workdir}", f"--config.num_runs={args.seeds}",
-               "--config.seed=100", f"--config.total_env_steps={args.eval_env_steps}",
-               "--config.log.loggers=('jsonl',)"]
-    if objective:
-      command += ["--config.loss=learned_policy", f"--config.loss.path={objective}",
-                  f"--config.loss.hidden={args.hidden}"]
+               f"--workdir={workdir}", f"--config.num_runs={seeds}",
+               "--config.seed=100", f"--config.total_env_steps={env_steps}",
+               "--config.log.loggers=('jsonl',)", *overrides]
     subprocess.run(command, cwd=ROOT, env=_env(), check=True, stdout=subprocess.DEVNULL)
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
-      records = [json.loads(line) for line in f]
-  returns: dict = {}
+      return [json.loads(line) for line in f]
+
+
+def held_by_run(records: List[dict], metric: str = "episode_return") -> List[float]:
+  """Each run's mean of `metric` over the last 20 % of its records."""
+  values: dict = {}
   for r in records:
-    if r.get("episode_return") is not None:
-      returns.setdefault(r.get("run", 0), []).append(r["episode_return"])
-  return [tail_mean(returns[run]) for run in sorted(returns)]
+    if r.get(metric) is not None:
+      values.setdefault(r.get("run", 0), []).append(r[metric])
+  return [tail_mean(values[run]) for run in sorted(values)]
+
+
+def held(task: str, args: argparse.Namespace, objective: str = "") -> List[float]:
+  """Each seed's last-20 % mean return, training with PPO's loss or `objective`. A task
+  is a config and its overrides, joined by `|`."""
+  config, *overrides = task.split("|")
+  if objective:
+    overrides += ["--config.loss=learned_policy", f"--config.loss.path={objective}",
+                  f"--config.loss.hidden={args.hidden}"]
+  return held_by_run(launch_records(config, args.seeds, args.eval_env_steps, overrides))
+
+
+def cost(args: argparse.Namespace, workdir: str) -> None:
+  """The inner runs' env steps/s inside meta-training against plain many-runs PPO of the
+  same size (`population` runs of `inner_env_steps` in one program): medians, the first
+  (compiling) generation or record left out."""
+  with open(os.path.join(workdir, "meta.jsonl")) as f:
+    inner = float(np.median([json.loads(line)["sps"] for line in f][1:]))
+  records = launch_records(args.config, args.population, args.inner_env_steps)
+  # A many-runs record's `sps` is its own run's: the program's is that times the runs.
+  plain = args.population * float(
+      np.median([r["sps"] for r in records if r.get("sps")][args.population:]))
+  print(f"inner runs {inner:,.0f} env steps/s; plain PPO with num_runs={args.population}: "
+        f"{plain:,.0f}; ratio {inner / plain:.2f}x", flush=True)
 
 
 def main() -> None:
@@ -86,6 +114,7 @@ def main() -> None:
   args = parser.parse_args()
   workdir = args.workdir or tempfile.mkdtemp(prefix="podracer-meta-")
   objective = meta_train(args, workdir)
+  cost(args, workdir)
   for task in args.tasks.split(";"):
     for name, path in (("PPO", ""), ("learned", objective)):
       values = held(task, args, path)

@@ -53,7 +53,7 @@ def test_generations_train_and_a_resume_is_exact(tmp_path):
   assert [key(r) for r in halves] == [key(r) for r in whole]
   with np.load(tmp_path / "whole" / meta.OBJECTIVE_FILE) as a, \
        np.load(tmp_path / "halves" / meta.OBJECTIVE_FILE) as b:
-    assert sorted(a) == ["b0", "b1", "w0", "w1"]
+    assert sorted(a) == ["b0", "b1", "log_clip", "w0", "w1"]
     for k in a:
       np.testing.assert_array_equal(a[k], b[k])
     assert np.abs(a["w0"]).sum() > 0  # the mean moved from PPO's theta = 0

@@ -18,8 +18,8 @@ from tests.test_sebulba import one_device
 
 
 def _random_theta(key, hidden=8, scale=1.0):
-  keys = jax.random.split(key, 4)
-  shapes = dict(w0=(6, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,))
+  keys = jax.random.split(key, 5)
+  shapes = dict(w0=(6, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,), log_clip=(1,))
   return {k: scale * jax.random.normal(kk, s) for kk, (k, s) in zip(keys, shapes.items())}
 
 
@@ -83,6 +83,22 @@ def test_a_saved_objective_is_loaded_from_its_path_as_a_registered_loss(tmp_path
   got, _ = loss(logits, jnp.zeros(64), batch)
   ppo, _ = PPOLoss()(logits, jnp.zeros(64), batch)
   assert float(got) > float(ppo)  # the drift is a penalty, here a positive one
+
+
+def test_log_clip_scales_ppos_clip_range_and_a_file_without_it_is_ppos(tmp_path):
+  """c = log(1.5) is PPO with clip_epsilon 0.3; an .npz from before 0.14.0 (no log_clip)
+  loads with c = 0."""
+  batch = _batch(jax.random.PRNGKey(8))
+  logits = jax.random.normal(jax.random.PRNGKey(9), (64, 3))
+  theta = dict(zero_drift(4), log_clip=jnp.log(jnp.array([1.5])))
+  policy_loss = lambda loss: float(loss(logits, jnp.zeros(64), batch)[1]["policy_loss"])
+  wider = policy_loss(LearnedPolicyLoss().with_drift(theta))
+  np.testing.assert_allclose(wider, policy_loss(PPOLoss(clip_epsilon=0.3)), rtol=1e-6)
+  assert abs(wider - policy_loss(PPOLoss(clip_epsilon=0.2))) > 1e-4  # It changed.
+  old = tmp_path / "old.npz"
+  np.savez(old, **{k: np.asarray(v) for k, v in zero_drift(4).items() if k != "log_clip"})
+  loaded = registry.build(registry.losses, _section(path=str(old)), key="loss")
+  np.testing.assert_array_equal(loaded.drift["log_clip"], [0.0])
 
 
 def test_a_bad_path_or_bad_arrays_are_config_errors_naming_loss_path(tmp_path):

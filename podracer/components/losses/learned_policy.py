@@ -4,17 +4,21 @@ Lu et al. 2022 ("Discovered Policy Optimisation", NeurIPS) write PPO's clipped o
 as  rho A - f(rho, A)  with PPO's drift  f_PPO = relu((rho - clip(rho, 1-eps, 1+eps)) A),
 and meta-learn f. This loss's policy term is
 
-    rho A - f_PPO(rho, A) - f_theta(rho, A),
+    rho A - f_PPO,eps'(rho, A) - f_theta(rho, A),
     f_theta(rho, A) = relu(g_theta(phi(rho, A)) - g_theta(phi(1, A)))^2,
+    eps' = clip_epsilon * exp(c),
 
 g_theta a one-hidden-layer tanh network of the features phi = (rho - 1, (rho - 1)^2,
 (rho - 1) A, log rho, A log rho, A). f_theta is a drift: never negative, zero at rho = 1
 and flat there (its gradient in rho vanishes at 1), so the objective's gradient at the
-policy that acted is the policy gradient whatever theta is. theta = 0 is PPO exactly.
-Its value and entropy terms are PPO's.
+policy that acted is the policy gradient whatever theta is. PPO's own drift is kept, its
+clip range scaled by exp(c), c learned too (from 0.14.0): f_theta can only add caution,
+and c lets the search take some away (a wider clip learned CartPole faster at a short
+budget). theta = 0 (c = 0) is PPO exactly. Its value and entropy terms are PPO's.
 
-theta comes from `path` (an .npz with arrays w0 [6, H], b0 [H], w1 [H, 1], b1 [1]; what
-`python -m podracer.meta` writes as learned_objective.npz), or is zero (PPO) without it.
+theta comes from `path` (an .npz with arrays w0 [6, H], b0 [H], w1 [H, 1], b1 [1] and
+log_clip [1], c; what `python -m podracer.meta` writes as learned_objective.npz; a file
+without log_clip, from before 0.14.0, has c = 0), or is zero (PPO) without it.
 The meta-learner gives each member its own theta (`with_drift`, traced arrays) to train
 many objectives in one program.
 """
@@ -30,12 +34,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
-from podracer.components.losses.actor_critic import PPOLoss
+from podracer.components.losses.actor_critic import PPOLoss, clipped_surrogate
 from podracer.errors import ConfigError
 from podracer.registry.ranges import NonNegative, Positive
 
 NUM_FEATURES = 6
 DRIFT_KEYS = ("w0", "b0", "w1", "b1")
+CLIP_KEY = "log_clip"  # c: PPO's clip range scaled by exp(c); 0 where a file lacks it.
 
 
 def drift_features(ratio: jax.Array, advantage: jax.Array) -> jax.Array:
@@ -49,7 +54,7 @@ def drift_features(ratio: jax.Array, advantage: jax.Array) -> jax.Array:
 def zero_drift(hidden: int = 16) -> Dict[str, jax.Array]:
   """theta = 0: the learned drift adds nothing (PPO)."""
   return dict(w0=jnp.zeros((NUM_FEATURES, hidden)), b0=jnp.zeros((hidden,)),
-              w1=jnp.zeros((hidden, 1)), b1=jnp.zeros((1,)))
+              w1=jnp.zeros((hidden, 1)), b1=jnp.zeros((1,)), log_clip=jnp.zeros((1,)))
 
 
 def learned_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
@@ -70,6 +75,8 @@ def load_drift(path: str) -> Dict[str, jax.Array]:
   try:
     with np.load(path) as arrays:
       theta = {k: jnp.asarray(arrays[k], jnp.float32) for k in DRIFT_KEYS}
+      theta[CLIP_KEY] = jnp.asarray(arrays[CLIP_KEY] if CLIP_KEY in arrays.files
+                                    else np.zeros((1,)), jnp.float32)
   except (KeyError, ValueError, OSError) as e:
     raise ConfigError(f"Config key `loss.path`: {path} is not a learned objective "
                       f"(an .npz of {', '.join(DRIFT_KEYS)}): {e}.") from None
@@ -79,8 +86,9 @@ def load_drift(path: str) -> Dict[str, jax.Array]:
 
 def check_drift(theta: Dict[str, Any], where: str) -> None:
   hidden = np.shape(theta["w0"])[-1]
-  want = dict(w0=(NUM_FEATURES, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,))
-  shapes = {k: tuple(np.shape(theta[k])) for k in DRIFT_KEYS}
+  want = dict(w0=(NUM_FEATURES, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,),
+              log_clip=(1,))
+  shapes = {k: tuple(np.shape(theta[k])) for k in (*DRIFT_KEYS, CLIP_KEY)}
   if shapes != want:
     raise ConfigError(f"Config key `{where}`: the drift network's arrays have shapes "
                       f"{shapes}; a drift of {hidden} hidden units has {want}.")
@@ -107,4 +115,7 @@ class LearnedPolicyLoss(PPOLoss):
     return other
 
   def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
-    return super().surrogate(ratio, advantage) - learned_drift(self.drift, ratio, advantage)
+    log_clip = self.drift.get(CLIP_KEY)  # A theta without it: PPO's clip range.
+    epsilon = self.clip_epsilon * (1.0 if log_clip is None else jnp.exp(log_clip[0]))
+    return (clipped_surrogate(ratio, advantage, epsilon)
+            - learned_drift(self.drift, ratio, advantage))
