@@ -34,8 +34,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from podracer import __version__
 from podracer.config import runs as runs_lib
-from podracer.errors import ConfigError
+from podracer.errors import ConfigError, NonFiniteError
 from podracer.lifecycle import workdir as workdir_lib
 
 META_FLAG = "--config.meta."
@@ -120,7 +121,8 @@ def inner_config(config: Any, meta: MetaConfig) -> Any:
 
 def member_program(experiment: Any, fraction: float) -> Callable:
   """fitness(theta, nets_key, key) -> (mean return over the last `fraction` of a whole
-  training with objective theta, its episodes ended): one member, to vmap."""
+  training with objective theta, its episodes ended, whether its parameters ended
+  finite): one member, to vmap."""
   from podracer import builder  # pylint: disable=import-outside-toplevel
   runtime, config = experiment.runtime, experiment.config
   num_calls = runtime.num_calls
@@ -134,15 +136,43 @@ def member_program(experiment: Any, fraction: float) -> Callable:
     def one_call(state, _):
       state, (_, episodes) = call(state)
       return state, episodes[0]  # [U, 3] of the replica axis of one
-    _, episodes = jax.lax.scan(one_call, init(nets_key, key), None, length=num_calls)
+    state, episodes = jax.lax.scan(one_call, init(nets_key, key), None, length=num_calls)
     tail = jnp.sum(episodes[-last:], axis=(0, 1))  # count, return sum, length sum
-    return tail[1] / jnp.maximum(tail[0], 1.0), tail[0]
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x))
+                                for x in jax.tree.leaves(state.agent.nets)]))
+    return tail[1] / jnp.maximum(tail[0], 1.0), tail[0], finite
   return fitness
+
+
+def check_generation(experiment: Any, meta: MetaConfig) -> None:
+  """Before compiling: each member's budget is at least one update, and the members'
+  states and trajectories fit the device (one ConfigError naming the keys)."""
+  from podracer import trajectories  # pylint: disable=import-outside-toplevel
+  from podracer.lifecycle.memory import (check_device_fits,  # pylint: disable=import-outside-toplevel
+                                         tree_bytes)
+  runtime = experiment.runtime
+  per_update = runtime.num_envs_per_device * runtime.rollout_length
+  budget = meta.inner_env_steps or experiment.config.total_env_steps
+  if budget < per_update:
+    raise ConfigError(f"Config key `meta.inner_env_steps` is {budget:,}: less than one "
+                      f"update of a member ({runtime.num_envs_per_device} environments x "
+                      f"{runtime.rollout_length} steps = {per_update:,} env steps).")
+  init, _ = runtime.replica_program(experiment.agent)
+  key = jax.random.PRNGKey(0)
+  state = jax.eval_shape(init, key, key)
+  trajectory = trajectories.trajectory_spec(experiment.agent, runtime.spec,
+                                            runtime.num_envs_per_device,
+                                            runtime.rollout_length)
+  check_device_fits(
+      f"podracer.meta's generation ({meta.population} members, each a state and the "
+      f"trajectory its update holds)",
+      meta.population * (tree_bytes(state) + 2 * tree_bytes(trajectory)),
+      ["meta.population", "runtime.num_envs_per_device", "runtime.rollout_length"])
 
 
 def generation_program(experiment: Any, meta: MetaConfig) -> Callable:
   """All members' trainings in one compiled program: (thetas [P, ...], key) ->
-  (fitness [P], episodes [P])."""
+  (fitness [P], episodes [P], finite [P])."""
   fitness = member_program(experiment, meta.fitness_fraction)
 
   def generation(thetas, key):
@@ -217,8 +247,10 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
   """Runs (or resumes) the meta-training into `workdir`; returns its last record."""
   from podracer import builder  # pylint: disable=import-outside-toplevel
   from podracer.components.losses import zero_drift  # pylint: disable=import-outside-toplevel
+  from podracer.components.losses.learned_policy import FORM  # pylint: disable=import-outside-toplevel
   os.makedirs(workdir, exist_ok=True)
   experiment = builder.build(inner_config(config, meta))
+  check_generation(experiment, meta)
   strategy = Strategy(meta, zero_drift(meta.hidden))
   root = jax.random.PRNGKey(meta.seed)
   init_key, root = jax.random.split(root)
@@ -237,8 +269,8 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
     stream.flush()
   theta = strategy.mean(state)
   save_objective(workdir, theta, dict(hidden=meta.hidden, generations=meta.generations,
-                                      agent="ppo", loss="learned_policy",
-                                      meta=dataclasses.asdict(meta)))
+                                      agent="ppo", loss="learned_policy", form=FORM,
+                                      version=__version__, meta=dataclasses.asdict(meta)))
   return record
 
 
@@ -247,22 +279,41 @@ def _one_generation(strategy, generation, state, g, root, meta, inner_steps):
   ask_key, run_key, tell_key = jax.random.split(key, 3)
   start = time.perf_counter()
   thetas, state = strategy.ask(ask_key, state)
-  fitness, episodes = generation(thetas, run_key)
-  fitness = np.asarray(fitness)
-  state = strategy.tell(tell_key, thetas, jnp.asarray(fitness), state)
+  fitness, episodes, finite = jax.device_get(generation(thetas, run_key))
+  finite = finite & np.isfinite(fitness)
+  told = worst_where_nonfinite(fitness, finite, g + 1)
+  state = strategy.tell(tell_key, thetas, jnp.asarray(told), state)
+  fitness = fitness[finite]  # The records' figures are the finite members'.
   jax.block_until_ready(state)
   wall = time.perf_counter() - start
   return state, dict(generation=g + 1, fitness_best=float(fitness.max()),
                      fitness_mean=float(fitness.mean()), fitness_min=float(fitness.min()),
                      episodes=int(np.asarray(episodes).sum()),
+                     nonfinite=int(np.sum(~finite)),
                      inner_env_steps=meta.population * inner_steps,
                      sps=meta.population * inner_steps / wall, wall_s=wall)
+
+
+def worst_where_nonfinite(fitness: np.ndarray, finite: np.ndarray,
+                          generation: int) -> np.ndarray:
+  """The fitness the strategy is told: a member whose training ended with non-finite
+  parameters (or fitness) ranks below every other. Every member so: NonFiniteError."""
+  finite = finite & np.isfinite(fitness)
+  if not finite.any():
+    raise NonFiniteError(
+        f"podracer.meta: every one of the {fitness.size} members of generation "
+        f"{generation} ended its training with non-finite parameters or fitness: the "
+        "objectives the strategy proposes diverge (lower `meta.sigma`, or the config's "
+        "learning rate).")
+  worst = fitness[finite].min() - 1.0
+  return np.where(finite, fitness, worst)
 
 
 def _progress(record: Dict[str, Any]) -> str:
   return (f"generation {record['generation']}: fitness best {record['fitness_best']:.1f} "
           f"mean {record['fitness_mean']:.1f} min {record['fitness_min']:.1f}, "
-          f"{record['sps']:,.0f} inner env steps/s")
+          + (f"{record['nonfinite']} non-finite, " if record.get("nonfinite") else "")
+          + f"{record['sps']:,.0f} inner env steps/s")
 
 
 def _append(workdir: str, record: Dict[str, Any]) -> None:
@@ -315,6 +366,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.stderr.write("\n".join(textwrap.wrap(f"Config error: {e}", 88,
                                              break_long_words=False)) + "\n")
     return EXIT_CONFIG_ERROR
+  except NonFiniteError as e:
+    sys.stderr.write("\n".join(textwrap.wrap(str(e), 88, break_long_words=False)) + "\n")
+    return 1
   finally:
     sys.argv = saved
   return 0

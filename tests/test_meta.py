@@ -5,13 +5,15 @@ exact resume, its learned objective loaded as a loss; its bad input."""
 import io
 import json
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from agents.ppo import config as ppo_config
 from podracer import builder, meta
-from podracer.components.losses import LearnedPolicyLoss
-from podracer.errors import ConfigError
+from podracer.components.losses import LearnedPolicyLoss, zero_drift
+from podracer.errors import ConfigError, NonFiniteError
 from podracer.launch import register_components_and_agents
 
 # 4 members x 2 calls of 8,192 env steps (4 environments x 128 steps x 16 updates).
@@ -96,9 +98,41 @@ def test_bad_meta_keys_are_one_paragraph_naming_them(args, named):
     (("--config=agents/ppo/config.py:cartpole_sebulba",), "runtime.name=anakin"),
     (("--config=agents/ppo/config.py:cartpole_anakin", "--config.meta.population=3"),
      "meta.population"),
+    # Before compiling: a budget under one update (4 environments x 128 steps), and a
+    # population whose members' states do not fit the device.
+    (("--config=agents/ppo/config.py:cartpole_anakin", "--config.meta.inner_env_steps=500"),
+     "`meta.inner_env_steps` is 500: less than one update"),
+    (("--config=agents/ppo/config.py:cartpole_anakin",
+      "--config.meta.population=100000000"), "`meta.population`"),
 ])
 def test_the_command_exits_2_with_one_paragraph(override, named, tmp_path, capsys):
   assert meta.main(["podracer.meta", *override, f"--workdir={tmp_path}"]) == 2
   err = capsys.readouterr().err
   assert err.startswith("Config error: ") and "Traceback" not in err
   assert named in " ".join(err.split()), err
+
+
+def test_a_nonfinite_member_ranks_last_and_every_member_nonfinite_stops():
+  fitness = np.array([10.0, 30.0, np.nan, 20.0])
+  finite = np.array([True, False, True, True])
+  told = meta.worst_where_nonfinite(fitness, finite & np.isfinite(fitness), generation=3)
+  np.testing.assert_array_equal(told, [10.0, 9.0, 9.0, 20.0])
+  with pytest.raises(NonFiniteError, match="every one of the 4 members of generation 3"):
+    meta.worst_where_nonfinite(fitness, np.zeros(4, bool), generation=3)
+
+
+@pytest.mark.slow
+def test_a_diverging_members_training_is_flagged_not_finite():
+  """One generation with PPO's theta and a theta whose drift is astronomically large:
+  the second's parameters end non-finite, and the program says so (the driver then
+  ranks it last, above)."""
+  register_components_and_agents()
+  config = ppo_config.cartpole_anakin()
+  settings = meta.MetaConfig.from_args(dict(SMALL, population="2", inner_env_steps="8192"))
+  experiment = builder.build(meta.inner_config(config, settings))
+  zero = zero_drift(4)
+  huge = dict(zero, w0=jnp.full_like(zero["w0"], 1e3), w1=jnp.full_like(zero["w1"], 1e30))
+  thetas = jax.tree.map(lambda a, b: jnp.stack([a, b]), zero, huge)
+  fitness, _, finite = meta.generation_program(experiment, settings)(
+      thetas, jax.random.PRNGKey(0))
+  assert list(np.asarray(finite)) == [True, False], (fitness, finite)

@@ -1,6 +1,8 @@
 """The learned policy objective: PPO at theta = 0, a drift whatever theta is (never
 negative, zero and flat at rho = 1), loaded from an .npz as a registered loss."""
 
+import json
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -99,6 +101,22 @@ def test_log_clip_scales_ppos_clip_range_and_a_file_without_it_is_ppos(tmp_path)
   np.savez(old, **{k: np.asarray(v) for k, v in zero_drift(4).items() if k != "log_clip"})
   loaded = registry.build(registry.losses, _section(path=str(old)), key="loss")
   np.testing.assert_array_equal(loaded.drift["log_clip"], [0.0])
+
+
+def test_a_truncated_file_or_another_form_is_refused_naming_the_file(tmp_path):
+  path = tmp_path / "learned_objective.npz"
+  np.savez(path, **{k: np.asarray(v) for k, v in zero_drift(4).items()})
+  whole = path.read_bytes()
+  path.write_bytes(whole[:len(whole) // 2])
+  with pytest.raises(ConfigError, match=r"`loss\.path`.*not a learned objective"):
+    registry.build(registry.losses, _section(path=str(path)), key="loss")
+  path.write_bytes(whole)
+  about = tmp_path / "learned_objective.json"
+  about.write_text(json.dumps(dict(hidden=4)))  # 0.11.0-0.13.0 wrote no form: loads.
+  registry.build(registry.losses, _section(path=str(path)), key="loss")
+  about.write_text(json.dumps(dict(form="lpg_full", version="0.99.0")))
+  with pytest.raises(ConfigError, match=r"form 'lpg_full' \(written by podracer 0\.99\.0\)"):
+    registry.build(registry.losses, _section(path=str(path)), key="loss")
 
 
 def test_a_bad_path_or_bad_arrays_are_config_errors_naming_loss_path(tmp_path):

@@ -26,7 +26,9 @@ many objectives in one program.
 from __future__ import annotations
 
 import copy
+import json
 import os
+import zipfile
 from typing import Annotated, Any, Dict, Optional
 
 import jax
@@ -41,6 +43,9 @@ from podracer.registry.ranges import NonNegative, Positive
 NUM_FEATURES = 6
 DRIFT_KEYS = ("w0", "b0", "w1", "b1")
 CLIP_KEY = "log_clip"  # c: PPO's clip range scaled by exp(c); 0 where a file lacks it.
+# The objective's form, written in learned_objective.json beside the .npz; a file of
+# another form is refused. One without a form (0.11.0-0.13.0) is this form with c = 0.
+FORM = "ppo_clip_scale_and_drift"
 
 
 def drift_features(ratio: jax.Array, advantage: jax.Array) -> jax.Array:
@@ -68,20 +73,42 @@ def learned_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
 
 
 def load_drift(path: str) -> Dict[str, jax.Array]:
-  """theta from an .npz (w0, b0, w1, b1); a ConfigError naming `loss.path` otherwise."""
+  """theta from an .npz (w0, b0, w1, b1[, log_clip]); a ConfigError naming `loss.path`
+  otherwise, or where its .json says another form."""
   if not os.path.isfile(path):
     raise ConfigError(f"Config key `loss.path` is {path!r}, which is not a file: give the "
                       "learned_objective.npz a `python -m podracer.meta` run wrote.")
+  check_form(path)
   try:
     with np.load(path) as arrays:
       theta = {k: jnp.asarray(arrays[k], jnp.float32) for k in DRIFT_KEYS}
       theta[CLIP_KEY] = jnp.asarray(arrays[CLIP_KEY] if CLIP_KEY in arrays.files
                                     else np.zeros((1,)), jnp.float32)
-  except (KeyError, ValueError, OSError) as e:
+  except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
     raise ConfigError(f"Config key `loss.path`: {path} is not a learned objective "
                       f"(an .npz of {', '.join(DRIFT_KEYS)}): {e}.") from None
   check_drift(theta, f"loss.path ({path})")
   return theta
+
+
+def check_form(path: str) -> None:
+  """Refuses an objective whose learned_objective.json (beside it, where there is one)
+  names another form than this podracer's."""
+  about = os.path.splitext(path)[0] + ".json"
+  if not os.path.isfile(about):
+    return
+  try:
+    with open(about, encoding="utf-8") as f:
+      written = json.load(f)
+    form, version = written.get("form"), written.get("version")
+  except (OSError, ValueError, AttributeError) as e:
+    raise ConfigError(f"Config key `loss.path`: {about}, beside it, is not a learned "
+                      f"objective's description: {e}.") from None
+  if form not in (None, FORM):
+    raise ConfigError(f"Config key `loss.path`: {path} is a learned objective of form "
+                      f"{form!r} (written by podracer {version or '?'}); this podracer "
+                      f"reads form {FORM!r}. Use the podracer that wrote it, or meta-train "
+                      "again.")
 
 
 def check_drift(theta: Dict[str, Any], where: str) -> None:
