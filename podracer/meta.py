@@ -56,6 +56,7 @@ class MetaConfig:
   hidden: int = 16                # the drift network's hidden units
   inner_env_steps: int = 0        # each member's training; 0: the config's total_env_steps
   fitness_fraction: float = 0.2   # a member's fitness: its mean return over this last part
+  member_seeds: int = 1           # trainings per member (their mean is its fitness)
   seed: int = 0
 
   @classmethod
@@ -76,7 +77,8 @@ class MetaConfig:
 
   def checked(self) -> "MetaConfig":
     positive = dict(generations=self.generations, population=self.population,
-                    sigma=self.sigma, learning_rate=self.learning_rate, hidden=self.hidden)
+                    sigma=self.sigma, learning_rate=self.learning_rate, hidden=self.hidden,
+                    member_seeds=self.member_seeds)
     for key, value in positive.items():
       if not value > 0:
         raise ConfigError(f"Config key `meta.{key}` is {value}; it must be positive.")
@@ -163,24 +165,34 @@ def check_generation(experiment: Any, meta: MetaConfig) -> None:
   trajectory = trajectories.trajectory_spec(experiment.agent, runtime.spec,
                                             runtime.num_envs_per_device,
                                             runtime.rollout_length)
+  trainings = meta.population * meta.member_seeds
   check_device_fits(
-      f"podracer.meta's generation ({meta.population} members, each a state and the "
-      f"trajectory its update holds)",
-      meta.population * (tree_bytes(state) + 2 * tree_bytes(trajectory)),
-      ["meta.population", "runtime.num_envs_per_device", "runtime.rollout_length"])
+      f"podracer.meta's generation ({meta.population} members x {meta.member_seeds} "
+      "trainings, each a state and the trajectory its update holds)",
+      trainings * (tree_bytes(state) + 2 * tree_bytes(trajectory)),
+      ["meta.population", "meta.member_seeds", "runtime.num_envs_per_device",
+       "runtime.rollout_length"])
 
 
 def generation_program(experiment: Any, meta: MetaConfig) -> Callable:
   """All members' trainings in one compiled program: (thetas [P, ...], key) ->
-  (fitness [P], episodes [P], finite [P])."""
+  (fitness [P], episodes [P], finite [P]); with `meta.member_seeds` S > 1, each member
+  trains S times (S pairs of keys, the same for every member) and its fitness is their
+  mean: a less noisy comparison of objectives at S times the cost."""
   fitness = member_program(experiment, meta.fitness_fraction)
 
   def generation(thetas, key):
     # Every member starts from the same network and environments' keys: the members
     # differ in their objective only (common random numbers: antithetic pairs compare
     # objectives, not draws).
-    nets_key, env_key = jax.random.split(key)
-    return jax.vmap(fitness, in_axes=(0, None, None))(thetas, nets_key, env_key)
+    if meta.member_seeds == 1:
+      nets_key, env_key = jax.random.split(key)
+      return jax.vmap(fitness, in_axes=(0, None, None))(thetas, nets_key, env_key)
+    keys = jax.random.split(key, (meta.member_seeds, 2))
+    seeds = jax.vmap(fitness, in_axes=(None, 0, 0))
+    values, episodes, finite = jax.vmap(seeds, in_axes=(0, None, None))(
+        thetas, keys[:, 0], keys[:, 1])
+    return values.mean(axis=1), episodes.sum(axis=1), finite.all(axis=1)
   return jax.jit(generation)
 
 
@@ -258,8 +270,10 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
   _write_config(workdir, config, meta)
   generation = generation_program(experiment, meta)
   inner_steps = experiment.plan.env_steps_per_round * experiment.runtime.num_calls
-  stream.write(f"meta: {meta.population} PPO trainings of {inner_steps:,} env steps a "
-               f"generation in one program, generations {done + 1}-{meta.generations}\n")
+  stream.write(f"meta: {meta.population * meta.member_seeds} PPO trainings of "
+               f"{inner_steps:,} env steps a generation in one program "
+               f"({meta.population} members x {meta.member_seeds}), generations "
+               f"{done + 1}-{meta.generations}\n")
   record: Dict[str, Any] = {}
   for g in range(done, meta.generations):
     state, record = _one_generation(strategy, generation, state, g, root, meta, inner_steps)
@@ -286,12 +300,13 @@ def _one_generation(strategy, generation, state, g, root, meta, inner_steps):
   fitness = fitness[finite]  # The records' figures are the finite members'.
   jax.block_until_ready(state)
   wall = time.perf_counter() - start
+  trainings = meta.population * meta.member_seeds
   return state, dict(generation=g + 1, fitness_best=float(fitness.max()),
                      fitness_mean=float(fitness.mean()), fitness_min=float(fitness.min()),
                      episodes=int(np.asarray(episodes).sum()),
                      nonfinite=int(np.sum(~finite)),
-                     inner_env_steps=meta.population * inner_steps,
-                     sps=meta.population * inner_steps / wall, wall_s=wall)
+                     inner_env_steps=trainings * inner_steps,
+                     sps=trainings * inner_steps / wall, wall_s=wall)
 
 
 def worst_where_nonfinite(fitness: np.ndarray, finite: np.ndarray,

@@ -84,6 +84,7 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
 @pytest.mark.parametrize("args, named", [
     (dict(population="5"), "meta.population"),
     (dict(sigma="0"), "meta.sigma"),
+    (dict(member_seeds="0"), "meta.member_seeds"),
     (dict(fitness_fraction="1.5"), "meta.fitness_fraction"),
     (dict(generatons="3"), "meta.generatons"),
     (dict(hidden="many"), "meta.hidden"),
@@ -122,13 +123,16 @@ def test_a_nonfinite_member_ranks_last_and_every_member_nonfinite_stops():
 
 
 @pytest.mark.slow
-def test_a_diverging_members_training_is_flagged_not_finite():
+@pytest.mark.parametrize("member_seeds", ["1", "2"])
+def test_a_diverging_members_training_is_flagged_not_finite(member_seeds):
   """One generation with PPO's theta and a theta whose drift is astronomically large:
   the second's parameters end non-finite, and the program says so (the driver then
-  ranks it last, above)."""
+  ranks it last, above); with two trainings a member, the same, and each member's
+  fitness is the mean of its two trainings'."""
   register_components_and_agents()
   config = ppo_config.cartpole_anakin()
-  settings = meta.MetaConfig.from_args(dict(SMALL, population="2", inner_env_steps="8192"))
+  settings = meta.MetaConfig.from_args(dict(SMALL, population="2", inner_env_steps="8192",
+                                            member_seeds=member_seeds))
   experiment = builder.build(meta.inner_config(config, settings))
   zero = zero_drift(4)
   huge = dict(zero, w0=jnp.full_like(zero["w0"], 1e3), w1=jnp.full_like(zero["w1"], 1e30))
@@ -136,3 +140,4 @@ def test_a_diverging_members_training_is_flagged_not_finite():
   fitness, _, finite = meta.generation_program(experiment, settings)(
       thetas, jax.random.PRNGKey(0))
   assert list(np.asarray(finite)) == [True, False], (fitness, finite)
+  assert np.asarray(fitness).shape == (2,) and np.isfinite(fitness[0]) and fitness[0] > 0
