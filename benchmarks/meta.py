@@ -98,6 +98,26 @@ def cost(args: argparse.Namespace, workdir: str) -> None:
         f"{plain:,.0f}; ratio {inner / plain:.2f}x", flush=True)
 
 
+def plot_fitness(workdir: str, path: str) -> None:
+  """The meta-training's fitness (best, mean, min of each generation's members) over
+  generations, from its meta.jsonl, into `path`."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(workdir, "meta.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  generations = [r["generation"] for r in records]
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  for key in ("fitness_best", "fitness_mean", "fitness_min"):
+    ax.plot(generations, [r[key] for r in records], label=key.split("_")[1])
+  ax.set_xlabel("generation")
+  ax.set_ylabel("members' fitness (return)")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  print(f"wrote {path}", flush=True)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--config", default="agents/ppo/config.py:cartpole_anakin")
@@ -111,9 +131,13 @@ def main() -> None:
   parser.add_argument("--seeds", type=int, default=8)
   parser.add_argument("--eval_env_steps", type=int, default=65536)
   parser.add_argument("--workdir", default="", help="keep the meta-training here")
+  parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "meta_fitness.png"),
+                      help="the fitness curve's file ('' for none)")
   args = parser.parse_args()
   workdir = args.workdir or tempfile.mkdtemp(prefix="podracer-meta-")
   objective = meta_train(args, workdir)
+  if args.plot:
+    plot_fitness(workdir, args.plot)
   cost(args, workdir)
   for task in args.tasks.split(";"):
     for name, path in (("PPO", ""), ("learned", objective)):
