@@ -69,7 +69,7 @@ def test_the_meta_gradient_is_the_chain_rule_through_the_inner_update(kind, vali
     opt = agent.init_opt(nets)
     train, valid = halves_in_time(_as_float64(_trajectory(jax.random.PRNGKey(1))))
     fixed = agent.meta_values()
-    validation_batch = agent.learning_batch(valid, {**fixed, **meta.reference})
+    validation_batch = agent.learning_batch(valid, meta.reference)  # Both adapted.
     logits = jax.tree.map(lambda v: v.astype(jnp.float64), opt[META].logits)
     grads = _one_replica(jax.grad(meta._validation_loss(
         agent, nets, opt, train, validation_batch, fixed)))(logits)
@@ -115,6 +115,24 @@ def test_the_meta_state_starts_at_the_agents_values_and_names_bad_keys():
     MetaGradient(adapt=("gamma",))
   with pytest.raises(ConfigError, match="`meta_loss.adapt` names"):
     MetaGradient(adapt=("lambda",)).init({"discount": 0.99})
+
+
+def test_only_the_adapted_values_take_the_reference_in_validation():
+  """adapt=("lambda",): the validation's lambda is the reference 1.0, its discount the
+  agent's own 0.9; the inner step's lambda is the adapted one, and the step moves it."""
+  agent = _agent("ppo", adapt=("lambda",))
+  seen = []
+  build = agent.learning_batch
+  agent.learning_batch = lambda trajectory, values: seen.append(values) or build(
+      trajectory, values)
+  nets = agent.init_nets(jax.random.PRNGKey(0))
+  opt = agent.init_opt(nets)
+  values, opt, metrics = _one_replica(
+      lambda o: agent.meta_loss.step(agent, nets, o, _trajectory(jax.random.PRNGKey(1))))(opt)
+  validation = [v for v in seen if isinstance(v["lambda"], float)]
+  assert validation == [{"discount": 0.9, "lambda": 1.0}], seen
+  assert all(v["discount"] == 0.9 for v in seen)
+  assert list(metrics) == ["meta_lambda"] and float(values["lambda"]) != 0.5
 
 
 def _with_meta(config, **args):

@@ -98,7 +98,7 @@ class MetaGradient:
 
   def values(self, state: MetaState, fixed: Dict[str, Any]) -> Dict[str, Any]:
     """The agent's meta-parameters: the adapted ones from `state`, the rest `fixed`."""
-    return {**fixed, **{k: jax.nn.sigmoid(v) for k, v in state.logits.items()}}
+    return _with_logits(fixed, state.logits)
 
   def step(self, agent: Any, nets: PyTree, opt: Dict[str, Any], trajectory: PyTree
            ) -> Tuple[Dict[str, Any], Dict[str, Any], Dict[str, jax.Array]]:
@@ -106,7 +106,9 @@ class MetaGradient:
     meta-state, their values as metrics): one meta-gradient step on `trajectory`."""
     state, fixed = opt[META], agent.meta_values()
     train, valid = halves_in_time(trajectory)
-    validation_batch = agent.learning_batch(valid, {**fixed, **self.reference})
+    # eta_bar: the reference values of the adapted ones; the others as configured.
+    reference = {**fixed, **{name: self.reference[name] for name in self.adapt}}
+    validation_batch = agent.learning_batch(valid, reference)
     grads = jax.grad(self._validation_loss(agent, nets, opt, train, validation_batch, fixed)
                      )(state.logits)
     updates, optimizer = self.optimizer.update(replica_mean(grads), state.optimizer)
@@ -129,7 +131,10 @@ class MetaGradient:
                        ) -> Callable[[Dict[str, jax.Array]], jax.Array]:
     """logits -> the validation objective at theta'(eta)."""
     def validation_loss(logits):
-      values = {**fixed, **{k: jax.nn.sigmoid(v) for k, v in logits.items()}}
-      after = self.inner_step(agent, nets, opt, train, values)
+      after = self.inner_step(agent, nets, opt, train, _with_logits(fixed, logits))
       return total_loss(agent.objectives, after, opt, validation_batch, self.validation)
     return validation_loss
+
+
+def _with_logits(fixed: Dict[str, Any], logits: Dict[str, jax.Array]) -> Dict[str, Any]:
+  return {**fixed, **{name: jax.nn.sigmoid(logit) for name, logit in logits.items()}}
