@@ -154,7 +154,7 @@ def check_generation(experiment: Any, meta: MetaConfig) -> None:
                                          tree_bytes)
   runtime = experiment.runtime
   per_update = runtime.num_envs_per_device * runtime.rollout_length
-  budget = meta.inner_env_steps or experiment.config.total_env_steps
+  budget = experiment.config.total_env_steps  # inner_config's: meta.inner_env_steps'.
   if budget < per_update:
     raise ConfigError(f"Config key `meta.inner_env_steps` is {budget:,}: less than one "
                       f"update of a member ({runtime.num_envs_per_device} environments x "
