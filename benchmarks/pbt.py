@@ -4,7 +4,8 @@
   python benchmarks/pbt.py --config=agents/ppo/config.py:minatar_anakin \
       --overrides="--config.env.env_id=Breakout-MinAtar --config.total_env_steps=5000000" \
       --sweep="optimizer.learning_rate=1e-5,1e-4,1e-3,1e-2;loss.entropy_coef=1e-4,1e-1" \
-      --num_runs=2 --interval=640 --seeds=0,1,2
+      --bounds="optimizer.learning_rate=1e-5,1e-2;loss.entropy_coef=1e-4,1e-1" \
+      --num_runs=1 --interval=20 --seeds=0,1,2 --keep=runs/pbt_minatar
 
 For each seed of the whole experiment, the launcher runs the members twice in one
 sitting, as a user's commands run them: once as a sweep (every member keeps its values)
@@ -43,7 +44,9 @@ def iqm(values: List[float]) -> float:
 
 def run(config: str, seed: int, args: argparse.Namespace, pbt: bool) -> Dict[str, object]:
   """One launch: each member's last-20 % mean and the wall time."""
-  with tempfile.TemporaryDirectory() as workdir:
+  with tempfile.TemporaryDirectory() as scratch:
+    workdir = (os.path.join(args.keep, f"seed{seed}_{'pbt' if pbt else 'sweep'}")
+               if args.keep else scratch)
     command = [sys.executable, "-m", "podracer.launch", f"--config={config}",
                f"--workdir={workdir}", f"--config.seed={seed}",
                f"--config.num_runs={args.num_runs}", "--config.log.loggers=('jsonl',)"]
@@ -79,6 +82,9 @@ def main() -> None:
   parser.add_argument("--interval", type=int, default=64, help="updates between steps")
   parser.add_argument("--seeds", default="0", help="seeds of the whole experiment")
   parser.add_argument("--overrides", default="", help="more --config.KEY=VALUE, spaced")
+  parser.add_argument("--keep", default="", help="keep each launch's workdir under this "
+                      "directory (seedS_sweep, seedS_pbt: records, plots) instead of a "
+                      "temporary one")
   args = parser.parse_args()
   results = {"sweep": [], "pbt": []}
   for seed in (int(s) for s in args.seeds.split(",")):
