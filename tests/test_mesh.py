@@ -42,6 +42,7 @@ def _ppo(calls, num_devices=None, **top):
 
 def _dqn(calls):
   c = dqn_config.cartpole_anakin()
+  c.network.w_init = "orthogonal"  # The init the golden records were written with (0.8.0).
   c.runtime.update(dict(num_envs_per_device=4, rollout_length=1, updates_per_call=100))
   c.replay.min_size = 64
   c.total_env_steps = calls * 400 * jax.device_count()

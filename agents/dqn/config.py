@@ -37,7 +37,10 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   10 environments, one update per 10 env steps of 128 one-step transitions sampled
   uniformly (12.8 learned per env step) from the last 10,000; the target copied every 50
   updates (500 env steps); epsilon from 1 to 0.05 over each environment's first 25,000
-  steps (250K env steps); Adam 2.5e-4 unclipped; a 120-84 relu network. 0.7.0's config
+  steps (250K env steps); Adam 2.5e-4 unclipped; a 120-84 relu network initialized as
+  flax initializes PureJaxRL's (`w_init="lecun_normal"`: under podracer's orthogonal
+  default 4 of 16 seeds fell back below 400, and PureJaxRL's own DQN given that init 2
+  of 16; docs/agents.md, "DQN against PureJaxRL's"). 0.7.0's config
   (16 x 4 steps per update, 2 learned per env step, 3-step targets, prioritized, a
   target copy every 12,800 env steps) held an IQM of 349.8 over seeds 0-4: docs/agents.md
   ("DQN against PureJaxRL's") says which difference lost what.
@@ -48,6 +51,7 @@ def cartpole_anakin() -> config_dict.ConfigDict:
                       importance_sampling_exponent=0.0))
   c.loss.n_step = 1
   c.network.hidden_sizes = (120, 84)
+  c.network.w_init = "lecun_normal"
   c.optimizer = presets.section("adam", learning_rate=2.5e-4, eps=1e-8,
                                 max_grad_norm=config_dict.placeholder(float), anneal=False)
   c.replay = presets.replay("device", batch_size=128, max_size=10_000, min_size=256,

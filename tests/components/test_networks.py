@@ -40,6 +40,27 @@ def _images(shape, seed=0):
   return jax.random.randint(jax.random.PRNGKey(seed), shape, 0, 256).astype(jnp.uint8)
 
 
+def test_q_network_w_init_lecun_normal_has_variance_one_over_fan_in_in_every_layer():
+  """flax's Dense default (PureJaxRL's DQN): every layer, the output one included; the
+  default stays orthogonal at sqrt 2 in the torso and Haiku's default at the output."""
+  spec = _spec((4,), 2)
+  lecun = networks.q_network(spec, hidden_sizes=(512, 512), w_init="lecun_normal")
+  flat = _flat(lecun.init(KEY, jnp.zeros((1, 4))))
+  for name, fan_in in (("torso/linear_0", 4), ("torso/linear_1", 512), ("head", 512)):
+    assert np.var(flat[name]["w"]) == pytest.approx(1.0 / fan_in, rel=0.1), name
+    assert not np.any(flat[name]["b"])
+  default = _flat(networks.q_network(spec, hidden_sizes=(512, 512)).init(
+      KEY, jnp.zeros((1, 4))))
+  w = default["torso/linear_0"]["w"]
+  np.testing.assert_allclose(w @ w.T, 2.0 * np.eye(4), atol=1e-4)
+  assert np.var(default["torso/linear_0"]["w"]) == pytest.approx(2.0 / 512, rel=0.1)
+  with pytest.raises(ValueError, match=r"Unknown w_init 'xavier'.*orthogonal, lecun_normal"):
+    networks.q_network(spec, w_init="xavier")
+  with pytest.raises(ConfigError, match=r"w_init.*orthogonal, lecun_normal"):
+    registry.build(registry.networks, {"name": "q_network", "w_init": "xavier"},
+                   key="network", spec=spec)
+
+
 @pytest.mark.parametrize("name", ["mlp_actor_critic", "mlp_shared_actor_critic"])
 def test_mlp_factories_output_shapes_and_dtypes(name):
   net = _jit(registry.networks.get(name)(spec=_spec((4,), 3)))

@@ -24,9 +24,10 @@ from podracer.components.networks.continuous import (GaussianOutput, GaussianPol
 from podracer.components.networks.cores import LSTMCore
 from podracer.components.networks.muzero import MuZeroNetwork, muzero_mlp, muzero_resnet
 from podracer.components.networks.heads import DuelingHead, PolicyValueHead, PolicyValueOutput
-from podracer.components.networks.torsos import (ACTIVATIONS, ATARI_TORSOS, MLP,
+from podracer.components.networks.torsos import (ACTIVATIONS, ATARI_TORSOS, MLP, W_INITS,
                                                  ImpalaResNet, NatureCNN, activation_fn,
-                                                 check_image_torso, preprocess_image)
+                                                 check_image_torso, dense_init,
+                                                 preprocess_image)
 from podracer.types import EnvSpec
 
 
@@ -118,7 +119,8 @@ class RecurrentQNetwork(NamedTuple):
 
 
 def _q_torso(network: str, torso: str, hidden_sizes: Sequence[int], activation: str,
-             channels_first: bool, layer_norm: bool = False) -> Callable[[], hk.Module]:
+             channels_first: bool, layer_norm: bool = False,
+             w_init: str = "orthogonal") -> Callable[[], hk.Module]:
   """The torso a Q network names ('mlp', or 'impala' / 'nature' / 'minatar' for images),
   checked now and made inside the network's transform."""
   if torso != "mlp" and torso not in ATARI_TORSOS:
@@ -126,7 +128,8 @@ def _q_torso(network: str, torso: str, hidden_sizes: Sequence[int], activation: 
                      f"{', '.join(sorted(ATARI_TORSOS))}.")
   _check_activation(activation)
   if torso == "mlp":
-    return lambda: MLP(hidden_sizes, activation, layer_norm=layer_norm, name="torso")
+    return lambda: MLP(hidden_sizes, activation, layer_norm=layer_norm, name="torso",
+                       w_init=w_init)
   return lambda: ATARI_TORSOS[torso](channels_first=channels_first, layer_norm=layer_norm,
                                      name="torso")
 
@@ -135,7 +138,7 @@ def _q_torso(network: str, torso: str, hidden_sizes: Sequence[int], activation: 
 def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (64, 64),
               activation: str = "relu", dueling: bool = False,
               head_hidden_sizes: Sequence[int] = (), channels_first: bool = True,
-              layer_norm: bool = False) -> hk.Transformed:
+              layer_norm: bool = False, w_init: str = "orthogonal") -> hk.Transformed:
   """DQN's network: Q-values [B, num_actions] from a torso ('mlp' of `hidden_sizes`, or
   'nature' / 'impala' / 'minatar' for images) and a linear layer, or with `dueling` a
   dueling head (Wang et al. 2016) whose streams have `head_hidden_sizes` hidden layers.
@@ -144,10 +147,18 @@ def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (
   of the MLP; every conv and the dense layer of a conv torso, an IMPALA section's
   output), before its activation: PQN's network (Gallici et al. 2025), where it stands
   in for a target network. It has no state (BatchNorm, which would, is not offered).
+
+  `w_init` initializes the MLP torso's layers and the output layer: "orthogonal" (the
+  torso at scale sqrt 2, the output layer Haiku's default) or "lecun_normal" (every
+  layer; flax's default, so PureJaxRL's and CleanRL's DQN).
   """
   num_actions = num_discrete_actions(spec, "q_network")
+  if w_init not in W_INITS:
+    raise ValueError(f"Unknown w_init {w_init!r} for network 'q_network'; options: "
+                     f"{', '.join(W_INITS)}.")
   make_torso = _q_torso("q_network", torso, hidden_sizes, activation, channels_first,
-                        layer_norm)
+                        layer_norm, w_init)
+  head_init = dense_init(w_init) if w_init != "orthogonal" else None
   if torso != "mlp":
     check_image_torso(spec, torso, "q_network")
 
@@ -156,8 +167,8 @@ def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (
     if dueling:
       return DuelingHead(num_actions, head_hidden_sizes, name="head")(features)
     if head_hidden_sizes:
-      features = MLP(head_hidden_sizes, activation, name="head_torso")(features)
-    return hk.Linear(num_actions, name="head")(features)
+      features = MLP(head_hidden_sizes, activation, name="head_torso", w_init=w_init)(features)
+    return hk.Linear(num_actions, w_init=head_init, name="head")(features)
 
   return hk.without_apply_rng(hk.transform(forward))
 

@@ -31,6 +31,24 @@ def _orthogonal(scale: float = np.sqrt(2)) -> hk.initializers.Initializer:
   return hk.initializers.Orthogonal(scale=scale)
 
 
+# Dense layers' weight initializers by name (`w_init` of the MLP and of `q_network`):
+# "orthogonal" (scale sqrt 2, podracer's default, after CleanRL's PPO), or "lecun_normal",
+# a truncated normal of variance 1 / fan_in: flax's `nn.Dense` default, so PureJaxRL's
+# and CleanRL's JAX Q networks. They differ most where a layer widens: CartPole's 4 inputs
+# into 120 units start 4x smaller under "orthogonal" (a unit's weights have norm about
+# sqrt(2 * 4 / 120) against 1).
+W_INITS = ("orthogonal", "lecun_normal")
+
+
+def dense_init(name: str) -> hk.initializers.Initializer:
+  """The initializer a `w_init` name gives (`W_INITS`)."""
+  if name == "orthogonal":
+    return _orthogonal()
+  if name == "lecun_normal":
+    return hk.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal")
+  raise ValueError(f"Unknown w_init {name!r}; options: {', '.join(W_INITS)}.")
+
+
 def preprocess_image(x: jax.Array, channels_first: bool) -> jax.Array:
   """[B, C, H, W] or [B, H, W, C] pixels -> float32 [B, H, W, C]; uint8 scaled to [0, 1].
   An observation with an action mask gives its image ({"pixels": x, "action_mask": m})."""
@@ -55,16 +73,18 @@ class MLP(hk.Module):
   """Flattens the observation and applies dense layers, each followed by the activation."""
 
   def __init__(self, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
-               layer_norm: bool = False, name: Optional[str] = None):
+               layer_norm: bool = False, name: Optional[str] = None,
+               w_init: str = "orthogonal"):
     super().__init__(name=name)
     self._hidden_sizes = tuple(hidden_sizes)
     self._activation = activation_fn(activation)
     self._layer_norm = layer_norm
+    self._w_init = w_init
 
   def __call__(self, x: PyTree) -> jax.Array:
     x = flat_features(x)
     for i, size in enumerate(self._hidden_sizes):
-      x = hk.Linear(size, w_init=_orthogonal(), name=f"linear_{i}")(x)
+      x = hk.Linear(size, w_init=dense_init(self._w_init), name=f"linear_{i}")(x)
       x = self._activation(normalized(x, self._layer_norm, f"layer_norm_{i}"))
     return x
 
