@@ -92,17 +92,19 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   (128 transitions) per update and 12.8 sampled per item inserted (12.8 learned per env
   step: an update per 10 env steps), the target copied every 50 updates (500 env steps),
   one-step targets, epsilon from 1 to 0.05 over each environment's first 12,500 steps
-  (250K env steps over 2 actor threads x 10), Adam 2.5e-4, a 120-84 network. Each actor
-  batch of 40 env steps is 4 updates (the device replay's `updates_per_batch`; the host
-  and Reverb replays' rate limiter gives the same). Seeds 0-2 held 464.5, 499.5, 486.1
-  (host) and 498.8, 471.5, 490.3 (device) over the last 20 % of 500K on 2026-11-28
-  (docs/agents.md, "Under Sebulba")."""
+  (250K env steps over 2 actor threads x 10), Adam 2.5e-4, a 120-84 network initialized
+  as flax does. Each actor batch of 40 env steps is 4 updates (the device replay's
+  `updates_per_batch`; the host and Reverb replays' rate limiter gives the same). Seeds
+  0-2 held 500.0, 468.8, 450.5 (host) and 500.0, 495.2, 500.0 (device) over the last 20 %
+  of 500K on 2026-11-29 (docs/agents.md, "Under Sebulba"; with the orthogonal init 464.5,
+  499.5, 486.1 and 498.8, 471.5, 490.3: draws, the actors' threads decide)."""
   c = _base(total_env_steps=500_000)
   c.env = presets.section("cartpole")
   c.agent.update(dict(target_update_period=50, epsilon_anneal_steps=12_500,
                       importance_sampling_exponent=0.0))
   c.loss.n_step = 1
   c.network.hidden_sizes = (120, 84)
+  c.network.w_init = "lecun_normal"
   c.optimizer.update(dict(learning_rate=2.5e-4, eps=1e-8))
   c.replay = presets.replay(lane_replay(), batch_size=32, max_size=2_500, min_size=64,
                             samples_per_insert=12.8)

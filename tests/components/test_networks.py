@@ -54,6 +54,16 @@ def test_q_network_w_init_lecun_normal_has_variance_one_over_fan_in_in_every_lay
   w = default["torso/linear_0"]["w"]
   np.testing.assert_allclose(w @ w.T, 2.0 * np.eye(4), atol=1e-4)
   assert np.var(default["torso/linear_0"]["w"]) == pytest.approx(2.0 / 512, rel=0.1)
+  dueling = _flat(networks.q_network(spec, hidden_sizes=(512,), dueling=True,
+                                     head_hidden_sizes=(512,), w_init="lecun_normal").init(
+      KEY, jnp.zeros((1, 4))))
+  for name in ("head/value_stream/linear_1", "head/advantage_stream/linear_1"):
+    assert np.var(dueling[name]["w"]) == pytest.approx(1.0 / 512, rel=0.1), name
+  recurrent = networks.recurrent_q(spec, hidden_sizes=(512,), w_init="lecun_normal")
+  flat = _flat(recurrent.init(KEY, jnp.zeros((1, 4))))
+  assert np.var(flat["torso/linear_0"]["w"]) == pytest.approx(1.0 / 4, rel=0.1)
+  with pytest.raises(ValueError, match=r"Unknown w_init 'xavier' for network 'recurrent_q'"):
+    networks.recurrent_q(spec, w_init="xavier")
   with pytest.raises(ValueError, match=r"Unknown w_init 'xavier'.*orthogonal, lecun_normal"):
     networks.q_network(spec, w_init="xavier")
   with pytest.raises(ConfigError, match=r"w_init.*orthogonal, lecun_normal"):

@@ -148,9 +148,10 @@ def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (
   output), before its activation: PQN's network (Gallici et al. 2025), where it stands
   in for a target network. It has no state (BatchNorm, which would, is not offered).
 
-  `w_init` initializes the MLP torso's layers and the output layer: "orthogonal" (the
-  torso at scale sqrt 2, the output layer Haiku's default) or "lecun_normal" (every
-  layer; flax's default, so PureJaxRL's and CleanRL's DQN).
+  `w_init` initializes the MLP torso's layers and the output layer (or the dueling
+  head's): "orthogonal" (the torso and a dueling head at scale sqrt 2, a linear output
+  layer Haiku's default) or "lecun_normal" (every layer; flax's default, so PureJaxRL's
+  and CleanRL's DQN).
   """
   num_actions = num_discrete_actions(spec, "q_network")
   if w_init not in W_INITS:
@@ -165,7 +166,7 @@ def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (
   def forward(observation):
     features = make_torso()(observation)
     if dueling:
-      return DuelingHead(num_actions, head_hidden_sizes, name="head")(features)
+      return DuelingHead(num_actions, head_hidden_sizes, name="head", w_init=w_init)(features)
     if head_hidden_sizes:
       features = MLP(head_hidden_sizes, activation, name="head_torso", w_init=w_init)(features)
     return hk.Linear(num_actions, w_init=head_init, name="head")(features)
@@ -177,15 +178,21 @@ def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (
 def recurrent_q(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (64,),
                 activation: str = "relu", lstm_size: int = 64,
                 head_hidden_sizes: Sequence[int] = (64,),
-                channels_first: bool = True) -> RecurrentQNetwork:
+                channels_first: bool = True, w_init: str = "orthogonal") -> RecurrentQNetwork:
   """R2D2's network: a torso ('mlp', or 'impala' / 'nature' for images), an LSTM core
-  and a dueling head (Kapturowski et al. 2019)."""
+  and a dueling head (Kapturowski et al. 2019). `w_init` initializes the MLP torso and
+  the head's layers (`q_network`'s; the LSTM keeps Haiku's init)."""
   num_actions = num_discrete_actions(spec, "recurrent_q")
-  make_torso = _q_torso("recurrent_q", torso, hidden_sizes, activation, channels_first)
+  if w_init not in W_INITS:
+    raise ValueError(f"Unknown w_init {w_init!r} for network 'recurrent_q'; options: "
+                     f"{', '.join(W_INITS)}.")
+  make_torso = _q_torso("recurrent_q", torso, hidden_sizes, activation, channels_first,
+                        w_init=w_init)
 
   def forward():
     return _torso_core_head(make_torso(), LSTMCore(lstm_size, name="core"),
-                            DuelingHead(num_actions, head_hidden_sizes, name="head"))
+                            DuelingHead(num_actions, head_hidden_sizes, name="head",
+                                        w_init=w_init))
 
   return _recurrent(forward, RecurrentQNetwork)
 

@@ -7,7 +7,8 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import haiku as hk
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from podracer.components.networks.torsos import dense_init
 
 
 class PolicyValueOutput(NamedTuple):
@@ -44,13 +45,12 @@ class DuelingHead(hk.Module):
   """
 
   def __init__(self, num_actions: int, hidden_sizes: Sequence[int] = (512,),
-               name: Optional[str] = None):
+               name: Optional[str] = None, w_init: str = "orthogonal"):
     super().__init__(name=name)
     # Built here, not in a method, so `__call__` and `streams` share parameters.
-    self._value = hk.nets.MLP([*hidden_sizes, 1], w_init=hk.initializers.Orthogonal(
-        np.sqrt(2)), name="value_stream")
-    self._advantage = hk.nets.MLP([*hidden_sizes, num_actions],
-                                  w_init=hk.initializers.Orthogonal(np.sqrt(2)),
+    self._value = hk.nets.MLP([*hidden_sizes, 1], w_init=dense_init(w_init),
+                              name="value_stream")
+    self._advantage = hk.nets.MLP([*hidden_sizes, num_actions], w_init=dense_init(w_init),
                                   name="advantage_stream")
 
   def streams(self, features: jax.Array) -> Tuple[jax.Array, jax.Array]:
