@@ -127,6 +127,9 @@ def _q_torso(network: str, torso: str, hidden_sizes: Sequence[int], activation: 
     raise ValueError(f"Unknown torso {torso!r} for network '{network}'; options: mlp, "
                      f"{', '.join(sorted(ATARI_TORSOS))}.")
   _check_activation(activation)
+  if w_init not in W_INITS:
+    raise ValueError(f"Unknown w_init {w_init!r} for network '{network}'; options: "
+                     f"{', '.join(W_INITS)}.")
   if torso == "mlp":
     return lambda: MLP(hidden_sizes, activation, layer_norm=layer_norm, name="torso",
                        w_init=w_init)
@@ -154,9 +157,6 @@ def q_network(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] = (
   and CleanRL's DQN).
   """
   num_actions = num_discrete_actions(spec, "q_network")
-  if w_init not in W_INITS:
-    raise ValueError(f"Unknown w_init {w_init!r} for network 'q_network'; options: "
-                     f"{', '.join(W_INITS)}.")
   make_torso = _q_torso("q_network", torso, hidden_sizes, activation, channels_first,
                         layer_norm, w_init)
   head_init = dense_init(w_init) if w_init != "orthogonal" else None
@@ -183,9 +183,6 @@ def recurrent_q(spec: EnvSpec, torso: str = "mlp", hidden_sizes: Sequence[int] =
   and a dueling head (Kapturowski et al. 2019). `w_init` initializes the MLP torso and
   the head's layers (`q_network`'s; the LSTM keeps Haiku's init)."""
   num_actions = num_discrete_actions(spec, "recurrent_q")
-  if w_init not in W_INITS:
-    raise ValueError(f"Unknown w_init {w_init!r} for network 'recurrent_q'; options: "
-                     f"{', '.join(W_INITS)}.")
   make_torso = _q_torso("recurrent_q", torso, hidden_sizes, activation, channels_first,
                         w_init=w_init)
 
