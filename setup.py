@@ -93,6 +93,7 @@ EXTRAS_REQUIRE = {
     # environments.md), each its own extra; `suites` installs them all (the default lane
     # does; all need current JAX, so the reverb lane has none).
     "craftax": ["craftax>=1.6.1"],
+    "jaxtari": ["jaxtari>=0.2.0"],
     "jumanji": ["jumanji>=1.1.2"],
     "navix": ["navix>=0.7.4"],
     "pgx": ["pgx>=2.6.0"],
@@ -100,8 +101,8 @@ EXTRAS_REQUIRE = {
     # Videos of an agent playing (podracer/lifecycle/video.py): GIF through Pillow, MP4
     # through imageio-ffmpeg's ffmpeg.
     "video": ["imageio>=2.31", "imageio-ffmpeg>=0.5"],
-    "suites": ["craftax>=1.6.1", "jumanji>=1.1.2", "navix>=0.7.4", "pgx>=2.6.0",
-               "xminigrid>=0.9.3"],
+    "suites": ["craftax>=1.6.1", "jaxtari>=0.2.0", "jumanji>=1.1.2", "navix>=0.7.4",
+               "pgx>=2.6.0", "xminigrid>=0.9.3"],
 }
 
 setup(

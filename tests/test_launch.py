@@ -10,11 +10,12 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def launch(*args, timeout=300, env_path=None):
-  # The launcher sees what this process sees, this checkout first (then `env_path`).
+def launch(*args, timeout=300, env_path=None, env_vars=None):
+  # The launcher sees what this process sees, this checkout first (then `env_path`), and
+  # `env_vars` besides.
   path = os.pathsep.join(filter(None, [str(ROOT), env_path and str(env_path),
                                        os.environ.get("PYTHONPATH")]))
-  env = dict(os.environ, PYTHONPATH=path)
+  env = dict(os.environ, PYTHONPATH=path, **(env_vars or {}))
   env.pop("XLA_FLAGS", None)  # The launcher runs as a user would: host devices only.
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # Set to 1 by TensorFlow's import in this process.
   return subprocess.run([sys.executable, "-m", "podracer.launch", *args], cwd=ROOT, env=env,

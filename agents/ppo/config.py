@@ -129,6 +129,21 @@ def craftax_anakin() -> config_dict.ConfigDict:
   return presets.anakin(c, num_envs_per_device=64, rollout_length=64, updates_per_call=4)
 
 
+def pong_anakin() -> config_dict.ConfigDict:
+  """PPO on JAXtari's Pong (`pip install -e ".[jaxtari]"`): Atari's Pong reimplemented in
+  JAX, so under Anakin with no emulator; Atari's protocol (frame skip 4, sticky actions,
+  the last 4 observations), the game's objects as the observation, drawn with podracer's
+  sprites (`--config.env.observation=pixels` with `--config.network.name=
+  atari_actor_critic` for frames, which want a GPU: about 5k steps/s on a 2-core CPU)."""
+  c = _base()
+  c.total_env_steps = 3_000_000
+  c.env = presets.section("jaxtari", game="pong", observation="objects", sprites="podracer")
+  c.agent.num_minibatches = 8
+  c.network.update(dict(hidden_sizes=(256, 256), activation="relu"))
+  c.optimizer.learning_rate = 1e-3
+  return presets.anakin(c, num_envs_per_device=64, rollout_length=128, updates_per_call=4)
+
+
 def memory_anakin() -> config_dict.ConfigDict:
   """Recurrent PPO (`ppo_recurrent`: an LSTM of 64) on POPGym's RepeatFirst, 4 symbols
   over 8 steps: only memory scores above -0.31 (docs/agents.md); memory_ff_anakin is
@@ -228,7 +243,8 @@ CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "minatar_conv_anakin": minatar_conv_anakin, "navix_anakin": navix_anakin,
            "xminigrid_anakin": xminigrid_anakin,
            "tictactoe_anakin": tictactoe_anakin, "snake_anakin": snake_anakin,
-           "craftax_anakin": craftax_anakin, "memory_anakin": memory_anakin,
+           "craftax_anakin": craftax_anakin, "pong_anakin": pong_anakin,
+           "memory_anakin": memory_anakin,
            "memory_ff_anakin": memory_ff_anakin, "memory_sebulba": memory_sebulba}
 
 

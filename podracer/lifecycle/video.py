@@ -1,7 +1,7 @@
 """Watching an agent play: its evaluation policy's episodes as a video.
 
 An environment that renders has `render(state) -> uint8 [H, W, 3]` (CartPole, Catch,
-PixelCatch, Navix, XLand-MiniGrid, Craftax); `record` plays `episodes` episodes of one
+PixelCatch, Navix, Craftax-Classic, JAXtari); `record` plays `episodes` episodes of one
 environment with `Agent.eval_act` in one jitted `lax.scan`, rendering every state, and
 `write` encodes the frames: MP4 where imageio finds ffmpeg (imageio-ffmpeg), GIF
 otherwise (Pillow, which matplotlib brings). `--config.eval_video=N` writes N episodes
@@ -38,7 +38,7 @@ def check_renders(env: Any, what: str) -> None:
     raise ConfigError(
         f"{what}: environment {env!r} does not render (no `render(state)`), so it cannot "
         f"be watched. Environments that render: cartpole, catch, pixel_catch, navix, "
-        f"xminigrid, craftax.")
+        f"craftax (Classic), jaxtari.")
 
 
 def watchable_env(runtime: Any, runtime_name: str, what: str) -> Any:

@@ -18,7 +18,8 @@ from podracer.errors import MissingPackage
 from podracer.types import PyTree, StepType, TimeStep
 
 # The suites' versions podracer's tests and figures used (requirements/default.txt).
-TESTED = {"craftax": "1.6.1", "jumanji": "1.1.2", "navix": "0.7.4", "pgx": "2.6.0",
+TESTED = {"craftax": "1.6.1", "jaxtari": "0.2.0", "jumanji": "1.1.2",
+          "navix": "0.7.4", "pgx": "2.6.0",
           "xminigrid": "0.9.3"}
 
 
