@@ -1,10 +1,12 @@
-"""MuZero's self-play on connect four: its win rate against a random player and against
-the pure-MCTS baseline as it trains.
+"""Self-play on connect four (MuZero, or AlphaZero): its win rate against a random player
+and against the pure-MCTS baseline as it trains.
 
   python benchmarks/selfplay.py                       # 2 seeds, MCTS with 64 simulations
   python benchmarks/selfplay.py --seeds=3 --simulations=128 --plot=/tmp/c4.png
+  python benchmarks/selfplay.py --config=agents/muzero/config.py:connect_four_alphazero \
+    --plot=docs/alphazero_connect_four.png
 
-Runs `agents/muzero/config.py:connect_four_anakin` as a user's command runs it, `--seeds`
+Runs `--config` (`agents/muzero/config.py:connect_four_anakin`) as a user's command runs it, `--seeds`
 runs in one program (`num_runs`), twice in one sitting: evaluated against a uniformly
 random player (`env.eval_opponent=random`) and against pure MCTS with random playouts
 (`env.eval_opponent=mcts`, `env.opponent_simulations`). Evaluation has a key stream of
@@ -35,7 +37,7 @@ CONFIG = "agents/muzero/config.py:connect_four_anakin"
 def curve(opponent: str, args: argparse.Namespace) -> Tuple[Dict[int, List[float]], float]:
   """{env steps: each seed's eval_win_rate} of one launch, and its wall time."""
   with tempfile.TemporaryDirectory() as workdir:
-    command = [sys.executable, "-m", "podracer.launch", f"--config={CONFIG}",
+    command = [sys.executable, "-m", "podracer.launch", f"--config={args.config}",
                f"--workdir={workdir}", f"--config.num_runs={args.seeds}",
                f"--config.env.eval_opponent={opponent}",
                f"--config.env.opponent_simulations={args.simulations}",
@@ -56,7 +58,8 @@ def curve(opponent: str, args: argparse.Namespace) -> Tuple[Dict[int, List[float
   return points, wall
 
 
-def plot(curves: Dict[str, Dict[int, List[float]]], path: str, simulations: int) -> None:
+def plot(curves: Dict[str, Dict[int, List[float]]], path: str, simulations: int,
+         title: str) -> None:
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
@@ -71,7 +74,7 @@ def plot(curves: Dict[str, Dict[int, List[float]]], path: str, simulations: int)
   ax.set_xlabel("env steps (self-play moves)")
   ax.set_ylabel("win rate")
   ax.set_ylim(0, 1)
-  ax.set_title("MuZero self-play, connect four")
+  ax.set_title(title)
   ax.legend(loc="lower right")
   fig.tight_layout()
   fig.savefig(path, dpi=100)
@@ -79,6 +82,7 @@ def plot(curves: Dict[str, Dict[int, List[float]]], path: str, simulations: int)
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--config", default=CONFIG, help="a self-play config")
   parser.add_argument("--seeds", type=int, default=2, help="runs in one program")
   parser.add_argument("--simulations", type=int, default=64, help="the baseline's")
   parser.add_argument("--games", type=int, default=128, help="games per evaluation")
@@ -96,7 +100,8 @@ def main() -> None:
     held = [tail_mean([rates[i] for _, rates in sorted(curves[opponent].items())])
             for i in range(args.seeds)]
     print(f"  last 20 %: " + ", ".join(f"{h:.3f}" for h in held), flush=True)
-  plot(curves, args.plot, args.simulations)
+  agent = "AlphaZero" if "alphazero" in args.config else "MuZero"
+  plot(curves, args.plot, args.simulations, f"{agent} self-play, connect four")
   print(f"wrote {args.plot}")
 
 

@@ -92,6 +92,11 @@ class EnvSpec(NamedTuple):
   # bootstrapped targets then negate the opponent's value (negamax), and MuZero's search
   # alternates its backups the same way.
   zero_sum: bool = False
+  # The environment's own game, lent to agents that search it (AlphaZero): a pure
+  # `simulator(state, action, key) -> (state, reward, discount, observation)` over the
+  # state each observation carries under SIMULATOR_STATE; its reward is the mover's and
+  # its discount -1 where the turn passes, 0 at the end (as `zero_sum`'s). None: lends none.
+  simulator: Any = None
 
 
 # The observation key under which an environment gives its legal actions: an
@@ -99,6 +104,11 @@ class EnvSpec(NamedTuple):
 # one) says which of the A discrete actions may be taken now. Agents honour it
 # (`podracer.agent.legal`); networks' torsos never see it as a feature.
 ACTION_MASK = "action_mask"
+
+# The observation key under which an environment that lends its simulator
+# (`EnvSpec.simulator`: Pgx's games with `env.simulator=True`) gives the state to search
+# from. Like the action mask, no torso sees it.
+SIMULATOR_STATE = "simulator_state"
 
 # What an illegal action's logit or Q-value becomes: no legal action's value is below it,
 # and unlike -inf it keeps softmax entropies and their gradients finite.
@@ -122,12 +132,20 @@ def has_action_mask(spec: EnvSpec) -> bool:
   return action_mask(spec.observation) is not None
 
 
+def simulator_state(observation: PyTree) -> Any:
+  """The state an observation carries for `EnvSpec.simulator` [...], or None."""
+  if isinstance(observation, Mapping) and SIMULATOR_STATE in observation:
+    return observation[SIMULATOR_STATE]
+  return None
+
+
 def observation_features(observation: PyTree) -> PyTree:
-  """What a torso encodes: the observation without its action mask; an observation
-  left with one entry ({"observation": x, "action_mask": m}) is that entry, x."""
-  if action_mask(observation) is None:
+  """What a torso encodes: the observation without its action mask and simulator state;
+  an observation left with one entry ({"observation": x, "action_mask": m}) is that
+  entry, x."""
+  if action_mask(observation) is None and simulator_state(observation) is None:
     return observation
-  rest = {k: v for k, v in observation.items() if k != ACTION_MASK}
+  rest = {k: v for k, v in observation.items() if k not in (ACTION_MASK, SIMULATOR_STATE)}
   return next(iter(rest.values())) if len(rest) == 1 else rest
 
 

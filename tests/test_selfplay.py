@@ -129,6 +129,70 @@ def test_muzero_searches_negamax_in_a_zero_sum_game():
   np.testing.assert_allclose(out.discount, -0.9)
 
 
+def test_the_lent_simulator_steps_as_the_self_play_environment_does():
+  """`env.simulator=True`: each observation carries the game, and `spec().simulator`
+  from it gives the environment's own next observation, reward and discount."""
+  env = Pgx("connect_four", opponent="self", simulator=True)
+  simulate = env.spec().simulator
+  state, timestep = env.reset(jax.random.PRNGKey(0))
+  for action in (3, 0, 3, 1, 3, 2, 3):  # The last move wins column 3.
+    game = timestep.observation["simulator_state"]
+    _, reward, discount, observation = simulate(game, jnp.int32(action), state.key)
+    state, timestep = env.step(state, jnp.int32(action))
+    assert (float(reward), float(discount)) == (float(timestep.reward),
+                                                float(timestep.discount))
+    np.testing.assert_array_equal(observation["observation"],
+                                  timestep.observation["observation"])
+  assert (float(reward), float(discount)) == (1.0, 0.0)
+  assert Pgx("connect_four", opponent="self").spec().simulator is None
+
+
+def _alphazero(**overrides):
+  from podracer import builder, launch as launch_lib  # pylint: disable=import-outside-toplevel
+  from agents.muzero import config as muzero_configs  # pylint: disable=import-outside-toplevel
+  launch_lib.register_components_and_agents()
+  config = muzero_configs.connect_four_alphazero()
+  for key, value in overrides.items():
+    config[key.split(".")[0]][key.split(".")[1]] = value
+  return builder.build(config).agent
+
+
+def test_alphazero_searches_the_true_game():
+  """An untrained network, but the true game under the search: with three stones up
+  column 3, the player to move plays the win there (16 simulations, every move considered
+  at the root); the search's steps are the game's: a move that passes the turn is reward
+  0 and discount -1, the reply that wins is the winner's +1 with discount 0, and nothing
+  is valued past it."""
+  agent = _alphazero()
+  nets = agent.init_nets(jax.random.PRNGKey(0))
+  env = Pgx("connect_four", opponent="self", simulator=True)
+  state, timestep = env.reset(jax.random.PRNGKey(0))
+  for action in (3, 0, 3, 1, 3):
+    state, timestep = env.step(state, jnp.int32(action))
+  blocking = jax.tree.map(lambda x: x[None], timestep.observation)  # O to move.
+  winning = jax.tree.map(lambda x: x[None], env.step(state, jnp.int32(6))[1].observation)
+  search = jax.jit(lambda o, k, e: agent.run_search(nets, o, k, explore=e), static_argnums=2)
+  actions = [int(search(winning, jax.random.PRNGKey(i), e).action[0])
+             for i in range(4) for e in (False, True)]
+  assert actions == [3] * 8, actions
+  root = agent._root(nets, blocking)
+  elsewhere, games = agent._recurrent(nets, jax.random.PRNGKey(0), jnp.array([5]),
+                                      root.embedding)
+  won, _ = agent._recurrent(nets, jax.random.PRNGKey(1), jnp.array([3]), games)
+  assert (float(elsewhere.reward[0]), float(elsewhere.discount[0])) == (0.0, -1.0)
+  assert [float(won.reward[0]), float(won.discount[0]), float(won.value[0])] == [1.0, 0.0, 0.0]
+
+
+def test_alphazero_refuses_an_environment_without_a_simulator(tmp_path):
+  result = launch("--config=agents/muzero/config.py:connect_four_alphazero",
+                  "--config.env.simulator=False", f"--workdir={tmp_path}")
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert "--config.env.simulator=True" in " ".join(result.stderr.split())
+  assert "Traceback" not in result.stderr + result.stdout
+  with pytest.raises(Exception, match="num_unroll_steps"):
+    _alphazero(**{"agent.num_unroll_steps": 3})
+
+
 def test_a_bad_opponent_is_one_paragraph_naming_the_key(tmp_path):
   result = launch("--config=agents/ppo/config.py:tictactoe_anakin", f"--workdir={tmp_path}",
                   "--config.env.opponent=selfish")
@@ -170,6 +234,20 @@ def test_an_accepted_argument_the_config_leaves_out_can_be_overridden():
   compose.add_accepted(config, ["env.opening_moves", "env.nonsense", "env", "agent.x.y"])
   assert config.env.opening_moves == 0 and "nonsense" not in config.env
   assert "nonsense" in compose.unknown_key_message(config, "env.nonsense")
+
+
+@pytest.mark.learning
+def test_alphazero_self_play_holds_95_percent_against_random_at_connect_four(tmp_path):
+  """AlphaZero playing both seats of connect four, evaluated every 25k steps in 128 games
+  against a random player from the empty board (seats drawn): each seed holds at least
+  0.95 over its last evaluations after 100k steps (issue 47's target; 0.992 and 0.992
+  here, 57 s), where the same search with its network untrained wins 0.75-0.80
+  (docs/agents.md)."""
+  records = launch_runs("agents/muzero/config.py:connect_four_alphazero", tmp_path,
+                        "--config.num_runs=2", "--config.total_env_steps=100000",
+                        "--config.eval_interval=25000")
+  held = last_fifth_means(records, key="eval_win_rate")
+  assert len(held) == 2 and min(held) >= 0.95, held
 
 
 @pytest.mark.extended

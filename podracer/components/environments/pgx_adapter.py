@@ -18,6 +18,10 @@ the `action_mask`. Games may start after up to `opening_moves` uniformly random 
 (drawn per game; none that ends it): a self-playing agent then meets positions other
 than its own line of play. Evaluation (`eval_interval`) plays `eval_opponent` (random or
 mcts) from the empty board and a seat drawn per game, whatever the training opponent.
+
+`simulator=True` lends the game itself to an agent that searches it (AlphaZero): each
+observation carries the game's state (`SIMULATOR_STATE`) and `spec().simulator` steps it,
+the mover's reward and the turn's discount (-1, 0 at the end) whatever the opponent.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from podracer.agent import random_legal
 from podracer.components.environments.base import (Environment, observation_spec, restart,
                                                    transition)
 from podracer.components.environments.suites import api_of, require
-from podracer.types import (ACTION_MASK, ILLEGAL, DiscreteSpec, EnvSpec, PyTree, TimeStep,
-                            strip_weak_types)
+from podracer.types import (ACTION_MASK, ILLEGAL, SIMULATOR_STATE, DiscreteSpec, EnvSpec,
+                            PyTree, TimeStep, strip_weak_types)
 
 OPPONENTS = ("random", "mcts", "self")
 
@@ -106,7 +110,7 @@ class Pgx(Environment):
 
   def __init__(self, env_id: str = "tic_tac_toe", opponent: str = "random",
                eval_opponent: str = "random", opponent_simulations: int = 64,
-               opening_moves: int = 0):
+               opening_moves: int = 0, simulator: bool = False):
     pgx = require("pgx", f"pgx {env_id}", "pgx")
     for key, value, options in (("opponent", opponent, OPPONENTS),
                                 ("eval_opponent", eval_opponent, OPPONENTS[:2])):
@@ -119,6 +123,7 @@ class Pgx(Environment):
         raise ValueError(f"`env.{key}` must be an integer >= {low}, got {value!r}.")
     self.env_id, self.opponent, self.eval_opponent = env_id, opponent, eval_opponent
     self.opponent_simulations, self.opening_moves = opponent_simulations, opening_moves
+    self.simulator = bool(simulator)
     with api_of("pgx", f"pgx {env_id}"):
       self._env = pgx.make(env_id)
       if self._env.num_players != 2:
@@ -127,7 +132,17 @@ class Pgx(Environment):
       self._obs = observation_spec(self)
 
   def _observe(self, game) -> dict:
-    return {"observation": game.observation, ACTION_MASK: game.legal_action_mask}
+    observed = {"observation": game.observation, ACTION_MASK: game.legal_action_mask}
+    if self.simulator:
+      observed[SIMULATOR_STATE] = game
+    return observed
+
+  def simulate(self, game, action: jax.Array, key: jax.Array):
+    """`EnvSpec.simulator`: the game after the player to move plays `action`, that
+    player's reward, the turn's discount and the observation of the player to move."""
+    mover = game.current_player
+    after = strip_weak_types(self._env.step(game, action.astype(jnp.int32), key))
+    return after, after.rewards[mover], turn_discount(after, mover), self._observe(after)
 
   def _step_game(self, game, action, key):
     return self._env.step(game, action, key)
@@ -199,12 +214,13 @@ class Pgx(Environment):
     """Against `eval_opponent`, from a seat drawn per game."""
     if self.opponent == self.eval_opponent and not self.opening_moves:
       return self
-    return Pgx(self.env_id, opponent=self.eval_opponent,
-               opponent_simulations=self.opponent_simulations)  # From the empty board.
+    return Pgx(self.env_id, opponent=self.eval_opponent,  # From the empty board.
+               opponent_simulations=self.opponent_simulations, simulator=self.simulator)
 
   def spec(self) -> EnvSpec:
     return EnvSpec(observation=self._obs, action=DiscreteSpec(int(self._env.num_actions)),
-                   zero_sum=self.opponent == "self")
+                   zero_sum=self.opponent == "self",
+                   simulator=self.simulate if self.simulator else None)
 
   def __repr__(self) -> str:
     return f"Pgx({self.env_id!r}, opponent={self.opponent!r})"
