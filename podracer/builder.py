@@ -113,11 +113,16 @@ class Experiment:
                     stream: Optional[TextIO]) -> None:
     """`eval_video` episodes of run 0's evaluation policy: WORKDIR/videos/final.mp4 (or
     .gif), and into TensorBoard and W&B where they log."""
-    nets = self.runtime.per_run(state.agent.nets)
-    if self.runs:
-      nets = jax.tree.map(lambda x: x[0], nets)
-    frames = video.record(self.agent, self.runtime.env.env, nets,
-                          jax.random.PRNGKey(self.config.seed), self.config.eval_video)
+    if hasattr(self.runtime, "saved_state"):  # Anakin: each run's rows of the mesh.
+      nets = self.runtime.per_run(state.agent.nets)
+      if self.runs:
+        nets = jax.tree.map(lambda x: x[0], nets)
+    else:                                     # Sebulba, SEED: the learners' state.
+      nets = self.runtime.final_nets(state)
+    env = video.watchable_env(self.runtime, self.config.runtime.name, "Config key "
+                              "`eval_video`", seed=self.config.seed)
+    frames = video.record_run(self.agent, env, nets, jax.random.PRNGKey(self.config.seed),
+                              self.config.eval_video)
     path = video.write(os.path.join(workdir, "videos", "final"), frames)
     gif = video.encode(frames, "gif")
     logger.write_video("eval_video", Video(path, gif, frames.shape), self.plan.total_env_steps)
@@ -370,8 +375,10 @@ def build(config: Any, agent: Any = None) -> Experiment:
   if schedule:
     many["schedule"] = schedule
   runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed, **many)
-  if config.get("eval_video"):  # Recorded at the end of an Anakin run.
-    video.watchable_env(runtime, config.runtime.name, "Config key `eval_video`")
+  if config.get("eval_video"):  # Recorded at the end of the run: can it be?
+    watched = video.watchable_env(runtime, config.runtime.name, "Config key `eval_video`")
+    if getattr(watched, "kind", None) != "jax":
+      watched.close()  # A host environment made only to check it renders.
   return Experiment(config, runtime, agent, plan, runs)
 
 

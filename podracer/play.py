@@ -5,8 +5,9 @@
 
 Rebuilds the run from WORKDIR/config.json, restores its newest checkpoint and plays
 `--episodes` episodes of one environment (podracer.lifecycle.video). The environment must
-be a JAX one that renders (Anakin's: cartpole, catch, pixel_catch, navix, craftax...);
-anything else is one line saying so, exit 2.
+render: Anakin's JAX ones (cartpole, catch, pixel_catch, navix, craftax, jaxtari...) or,
+for a Sebulba or SEED run, EnvPool's (Atari, classic control); anything else is one line
+saying so, exit 2.
 """
 
 from __future__ import annotations
@@ -62,18 +63,28 @@ def play(workdir: str, episodes: int = 2, run: int = 0, fmt: Optional[str] = Non
     _on_saved_mesh(config, checkpointer.meta() or {})
     experiment = builder.build(config)
     runtime = experiment.runtime
-    env = video.watchable_env(runtime, config.runtime.name, "podracer.play")
-    state = runtime.saved_state(checkpointer)
+    nets = _saved_nets(runtime, checkpointer, workdir, run)
   finally:
     checkpointer.close()
-  nets = runtime.per_run(state.agent.nets)
+  env = video.watchable_env(runtime, config.runtime.name, "podracer.play", seed=seed)
+  frames = video.record_run(experiment.agent, env, nets, jax.random.PRNGKey(seed), episodes)
+  return video.write(out or os.path.join(workdir, "videos", "play"), frames, fmt=fmt)
+
+
+def _saved_nets(runtime: Any, checkpointer: Any, workdir: str, run: int) -> Any:
+  """Run `run`'s nets in the newest checkpoint: Anakin's (one of many runs), or the
+  learners' of a Sebulba or SEED run (one run)."""
+  if not hasattr(runtime, "saved_state"):
+    if run:
+      raise ConfigError(f"--run={run}: {workdir} holds one run (run 0).")
+    return runtime.saved_nets(checkpointer)
+  nets = runtime.per_run(runtime.saved_state(checkpointer).agent.nets)
   if runtime.runs:
     count = jax.tree.leaves(nets)[0].shape[0]
     if not 0 <= run < count:
       raise ConfigError(f"--run={run}: {workdir} holds runs 0-{count - 1}.")
     nets = jax.tree.map(lambda x: x[run], nets)
-  frames = video.record(experiment.agent, env, nets, jax.random.PRNGKey(seed), episodes)
-  return video.write(out or os.path.join(workdir, "videos", "play"), frames, fmt=fmt)
+  return nets
 
 
 def _flags() -> Tuple[flags.FlagValues, Dict[str, Any]]:

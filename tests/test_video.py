@@ -5,6 +5,7 @@ default lane's (extra `video`); the reverb lane selects none of these tests."""
 
 import glob
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -113,14 +114,57 @@ def test_play_without_a_run_is_one_line_and_exit_2(tmp_path):
 
 
 def test_eval_video_refuses_what_it_cannot_watch():
-  from agents.ppo.config import cartpole_sebulba, minatar_anakin  # pylint: disable=import-outside-toplevel
+  from agents.ppo.config import memory_sebulba, minatar_anakin  # pylint: disable=import-outside-toplevel
   c = minatar_anakin()
   c.topology.num_devices = 1
   c.eval_video = 1
   with pytest.raises(ConfigError, match=r"eval_video.*does not render.*cartpole, catch"):
     builder.build(c)
-  c = cartpole_sebulba()
+  from tests.test_sebulba import one_device  # pylint: disable=import-outside-toplevel
+  c = memory_sebulba()  # A dm_env environment on the host: it cannot be made to render.
+  one_device(c)
   c.eval_video = 1
-  with pytest.raises(ConfigError, match=r"`eval_video` watches the JAX environments of "
-                     r"Anakin runs; runtime 'sebulba' steps host environments"):
+  with pytest.raises(ConfigError, match=r"`eval_video`: this host environment cannot be "
+                     r"made to render .*envpool"):
     builder.build(c)
+
+
+@pytest.mark.slow
+def test_eval_video_under_sebulba_and_play_from_its_checkpoint(tmp_path):
+  """EnvPool's CartPole under Sebulba: the run's video at its end, and podracer.play's
+  from the learners' checkpoint, each whole episodes of EnvPool's own screen (400x600)."""
+  import imageio.v3 as iio  # pylint: disable=import-outside-toplevel
+  result = launch("--config=agents/ppo/config.py:cartpole_sebulba", "--config.eval_video=1",
+                  "--config.total_env_steps=20000", f"--workdir={tmp_path}")
+  assert result.returncode == 0, result.stderr[-2000:]
+  written = re.search(r"videos/final\.(\w+) \((\d+) frames, 1 episodes", result.stdout)
+  assert written, result.stdout[-2000:]
+  final = iio.imread(tmp_path / "videos" / f"final.{written.group(1)}",
+                     plugin="FFMPEG" if written.group(1) == "mp4" else None)
+  assert len(final) == int(written.group(2)) >= 10 and final.shape[1] == 400
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  played = subprocess.run(
+      [sys.executable, "-m", "podracer.play", f"--workdir={tmp_path}", "--episodes=2",
+       "--format=gif"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  assert played.returncode == 0, played.stderr[-2000:]
+  frames = iio.imread(tmp_path / "videos" / "play.gif")
+  assert frames.shape[1:3] == (400, 600) and len(frames) >= 20
+
+
+@pytest.mark.slow
+def test_record_host_plays_envpool_atari_on_its_screen():
+  """Pong-v5 (EnvPool, as pong_sebulba's agent sees it: 4 x 84 x 84) is watched on its
+  210 x 160 colour screen, one frame per agent step."""
+  from agents.ppo.config import pong_sebulba  # pylint: disable=import-outside-toplevel
+  from tests.test_sebulba import one_device  # pylint: disable=import-outside-toplevel
+  c = pong_sebulba()
+  one_device(c)
+  experiment = builder.build(c)
+  runtime = experiment.runtime
+  nets = runtime.final_nets(runtime._start_learner())  # pylint: disable=protected-access
+  env = video.watchable_env(runtime, "sebulba", "test")
+  frames = video.record_host(experiment.agent, env, nets, jax.random.PRNGKey(0), 1,
+                             max_steps=24)
+  env.close()
+  assert frames.shape == (24, 210, 160, 3) and frames.dtype == np.uint8
+  assert len({f.tobytes() for f in frames}) > 2  # The game moves.

@@ -42,7 +42,7 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
   c.eval_interval = 0  # Env steps between evaluations of the greedy policy (0: none).
   c.eval_episodes = 10  # Episodes per evaluation (podracer/lifecycle/evaluation.py).
   # Episodes of the evaluation policy recorded as a video into WORKDIR/videos/ at the end
-  # of an Anakin run (0: none; podracer/lifecycle/video.py).
+  # of a run (0: none; podracer/lifecycle/video.py).
   c.eval_video = 0
   # Many runs in one program (Anakin; podracer/config/runs.py): seeds, and swept values of
   # numeric keys, e.g. --config.sweep.optimizer.learning_rate=1e-4,1e-3.

@@ -1,8 +1,10 @@
 """Watching an agent play: its evaluation policy's episodes as a video.
 
-An environment that renders has `render(state) -> uint8 [H, W, 3]` (CartPole, Catch,
+A JAX environment that renders has `render(state) -> uint8 [H, W, 3]` (CartPole, Catch,
 PixelCatch, Navix, Craftax-Classic, JAXtari); `record` plays `episodes` episodes of one
-environment with `Agent.eval_act` in one jitted `lax.scan`, rendering every state, and
+environment with `Agent.eval_act` in one jitted `lax.scan`, rendering every state. A host
+environment that renders (EnvPool's, made with `render_mode="rgb_array"`) has `render()`
+of its environment 0; `record_host` plays it step by step (Sebulba's and SEED's runs). And
 `write` encodes the frames: MP4 where imageio finds ffmpeg (imageio-ffmpeg), GIF
 otherwise (Pillow, which matplotlib brings). `--config.eval_video=N` writes N episodes
 into `WORKDIR/videos/` at the end of an Anakin run (and into TensorBoard and W&B, where
@@ -38,18 +40,66 @@ def check_renders(env: Any, what: str) -> None:
     raise ConfigError(
         f"{what}: environment {env!r} does not render (no `render(state)`), so it cannot "
         f"be watched. Environments that render: cartpole, catch, pixel_catch, navix, "
-        f"craftax (Classic), jaxtari.")
+        f"craftax (Classic), jaxtari; on the host, envpool.")
 
 
-def watchable_env(runtime: Any, runtime_name: str, what: str) -> Any:
-  """The runtime's JAX environment, if it can be watched (an Anakin run's, rendering;
-  imageio installed); else a ConfigError saying why not."""
+def watchable_env(runtime: Any, runtime_name: str, what: str, seed: int = 0) -> Any:
+  """What a run is watched in, if it can be (imageio installed): an Anakin run's JAX
+  environment that renders, or, for Sebulba and SEED, one host environment of theirs
+  made to render (the caller closes it); else a ConfigError saying why not."""
   env = getattr(getattr(runtime, "env", None), "env", None)
-  if not hasattr(runtime, "saved_state") or getattr(env, "kind", None) != "jax":
-    raise ConfigError(f"{what} watches the JAX environments of Anakin runs; runtime "
-                      f"'{runtime_name}' steps host environments.")
-  check_renders(env, what)
+  if hasattr(runtime, "saved_state") and getattr(env, "kind", None) == "jax":
+    check_renders(env, what)
+    return env
+  factory = getattr(runtime, "env_factory", None)
+  if factory is None or not hasattr(runtime, "saved_nets"):
+    raise ConfigError(f"{what}: runtime '{runtime_name}' has no environment to watch.")
+  return host_video_env(factory, what, seed)
+
+
+def host_video_env(factory: Any, what: str, seed: int = 0) -> Any:
+  """One host environment from `factory`, made to render, or a ConfigError."""
+  try:
+    env = factory(num_envs=1, seed=seed, render_mode="rgb_array")
+  except (TypeError, ValueError, ConfigError) as e:  # It takes no render_mode.
+    raise ConfigError(f"{what}: this host environment cannot be made to render ({e}). "
+                      f"Host environments that render: envpool (Atari, classic control).") from e
+  try:
+    check_renders(env, what)
+  except ConfigError:
+    env.close()
+    raise
   return env
+
+
+def record_host(agent: Any, env: Any, nets: Any, key: jax.Array, episodes: int,
+                max_steps: int = 30_000) -> np.ndarray:
+  """As `record`, on a host environment of one (`host_video_env`), step by step: frame t
+  is the screen step t acts on; the frame after the last episode's LAST shows its end."""
+  act = jax.jit(agent.eval_act)
+  timestep, _ = env.reset()
+  key, actor_key = jax.random.split(key)
+  actor = agent.init_eval_actor(actor_key, 1)
+  frames, ended = [], 0
+  for _ in range(max_steps):
+    frames.append(np.asarray(env.render(), np.uint8))
+    if ended >= episodes:
+      break
+    key, act_key = jax.random.split(key)
+    out, actor = act(nets, actor, timestep, act_key)
+    timestep, _ = env.step(np.asarray(out.action))
+    ended += int(np.asarray(timestep.step_type)[0] == StepType.LAST)
+  return np.stack(frames)
+
+
+def record_run(agent: Any, env: Any, nets: Any, key: jax.Array, episodes: int) -> np.ndarray:
+  """`record` on a JAX environment, `record_host` on a host one (which it closes)."""
+  if getattr(env, "kind", None) == "jax":
+    return record(agent, env, nets, key, episodes)
+  try:
+    return record_host(agent, env, nets, key, episodes)
+  finally:
+    env.close()
 
 
 def record(agent: Any, env: Any, nets: Any, key: jax.Array, episodes: int,

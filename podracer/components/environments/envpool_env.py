@@ -159,6 +159,14 @@ class EnvPool(HostEnvironment):
       node[leaf] = value
     return tree
 
+  def render(self) -> np.ndarray:
+    """Environment 0's screen, uint8 [H, W, 3], where EnvPool was made with
+    `render_mode="rgb_array"` (what a video makes it with: podracer/lifecycle/video.py)."""
+    frame = self._env.render(env_ids=[0])
+    if frame is None:
+      raise RuntimeError(f"{self!r} was not made to render: render_mode='rgb_array'.")
+    return np.asarray(frame)[0]
+
   def close(self) -> None:
     env, self._env = getattr(self, "_env", None), None
     if env is not None:

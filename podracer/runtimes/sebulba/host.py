@@ -132,6 +132,17 @@ class HostRuntime(Runtime):
 
   # -- checkpoints (podracer/lifecycle/checkpoint.py) ----------------------------------------
 
+  def final_nets(self, state: List[Any]) -> Any:
+    """Replica 0's nets of the learner state `run` returned (what a video watches)."""
+    return first_replica(state[0])
+
+  def saved_nets(self, checkpointer: Any) -> Any:
+    """Replica 0's nets in the latest checkpoint (podracer.play)."""
+    state = self._start_learner()
+    saved, _ = checkpointer.restore(dict(learner=tuple(state),
+                                         key=jax.random.PRNGKey(self.seed + 1)))
+    return first_replica(mesh_lib.put(self.learner_mesh, saved["learner"])[0])
+
   def _restore(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
     """Puts the latest checkpoint's learner state, key and counters in place."""
     saved, _ = checkpointer.restore(dict(learner=tuple(state), key=learner.key))
