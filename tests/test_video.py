@@ -35,6 +35,27 @@ def test_cartpole_draws_its_pole_where_the_angle_points():
   assert top(leaning) > top(upright) + 5
 
 
+def test_pgx_draws_each_players_stones_in_its_colour_and_go_is_refused():
+  """Connect four after moves 3, 3, 2: the first mover's two stones and the second's one
+  in their colours, wherever the turn is; a game of more planes (Go) is refused by name."""
+  from podracer.components.environments import Pgx  # pylint: disable=import-outside-toplevel
+  env = Pgx("connect_four", opponent="self")
+  state, _ = env.reset(jax.random.PRNGKey(0))
+  first = int(state.game.current_player)
+  for action in (3, 3, 2):
+    state, _ = env.step(state, jnp.int32(action))
+  image = np.asarray(env.render(state))
+  assert image.shape == (6 * 24, 7 * 24, 3) and image.dtype == np.uint8
+  red, yellow = (image == [220, 40, 40]).all(-1), (image == [240, 210, 40]).all(-1)
+  stones_of = {0: red, 1: yellow}
+  centre = lambda row, col: (row * 24 + 12, col * 24 + 12)
+  assert stones_of[first][centre(5, 3)] and stones_of[first][centre(5, 2)]
+  assert stones_of[1 - first][centre(4, 3)] and not (red | yellow)[centre(5, 4)]
+  assert stones_of[first].sum() == 2 * stones_of[1 - first].sum()
+  with pytest.raises(ConfigError, match=r"does not render.*go_9x9's is \(9, 9, 17\)"):
+    video.check_renders(Pgx("go_9x9"), "eval_video")
+
+
 def _catch_experiment():
   from agents.ppo.config import catch_anakin  # pylint: disable=import-outside-toplevel
   c = catch_anakin()

@@ -1,13 +1,14 @@
 """Watching an agent play: its evaluation policy's episodes as a video.
 
 A JAX environment that renders has `render(state) -> uint8 [H, W, 3]` (CartPole, Catch,
-PixelCatch, Navix, Craftax-Classic, JAXtari); `record` plays `episodes` episodes of one
-environment with `Agent.eval_act` in one jitted `lax.scan`, rendering every state. A host
+PixelCatch, Navix, Craftax-Classic, JAXtari, Pgx's boards); `record` plays `episodes`
+episodes of one environment with `Agent.eval_act` in one jitted `lax.scan`, rendering
+every state. A host
 environment that renders (EnvPool's, made with `render_mode="rgb_array"`) has `render()`
 of its environment 0; `record_host` plays it step by step (Sebulba's and SEED's runs). And
 `write` encodes the frames: MP4 where imageio finds ffmpeg (imageio-ffmpeg), GIF
 otherwise (Pillow, which matplotlib brings). `--config.eval_video=N` writes N episodes
-into `WORKDIR/videos/` at the end of an Anakin run (and into TensorBoard and W&B, where
+into `WORKDIR/videos/` at the end of a run (and into TensorBoard and W&B, where
 those loggers are on); `python -m podracer.play --workdir=RUN` does it for a saved run.
 """
 
@@ -36,11 +37,18 @@ def check_renders(env: Any, what: str) -> None:
     require_imageio()
   except MissingPackage as e:
     raise ConfigError(f"{what}: {e}") from e
+  listed = ("Environments that render: cartpole, catch, pixel_catch, navix, craftax "
+            "(Classic), jaxtari, pgx (board games of two stone colours); on the host, "
+            "envpool.")
   if not renders(env):
-    raise ConfigError(
-        f"{what}: environment {env!r} does not render (no `render(state)`), so it cannot "
-        f"be watched. Environments that render: cartpole, catch, pixel_catch, navix, "
-        f"craftax (Classic), jaxtari; on the host, envpool.")
+    raise ConfigError(f"{what}: environment {env!r} does not render (no "
+                      f"`render(state)`), so it cannot be watched. {listed}")
+  if getattr(env, "kind", None) == "jax":
+    try:  # Traced, not run: some draw only some of their games (Craftax-Classic...).
+      jax.eval_shape(lambda key: env.render(env.reset(key)[0]), jax.random.PRNGKey(0))
+    except NotImplementedError as e:
+      raise ConfigError(f"{what}: environment {env!r} does not render ({e}). "
+                        f"{listed}") from e
 
 
 def watchable_env(runtime: Any, runtime_name: str, what: str, seed: int = 0) -> Any:

@@ -210,6 +210,26 @@ class Pgx(Environment):
     timestep = timestep._replace(discount=turn_discount(game, mover))
     return PgxState(game, state.seat, key), timestep
 
+  def render(self, state: PgxState) -> jax.Array:
+    """The board, uint8 [24 rows, 24 columns, 3] a cell: player 0's stones red, player
+    1's yellow (whoever the agent is), on blue. Games whose observation is a board of two
+    stone planes, the mover's and the other's (tic-tac-toe, connect four, othello...)."""
+    board = state.game.observation
+    if board.ndim != 3 or board.shape[-1] != 2:
+      raise NotImplementedError(f"podracer draws Pgx games whose observation is a board "
+                                f"of two stone planes; {self.env_id}'s is {board.shape}")
+    mover = state.game.current_player
+    first = jnp.where(mover == 0, board[..., 0], board[..., 1])   # player 0's stones
+    second = jnp.where(mover == 0, board[..., 1], board[..., 0])
+    cell = jnp.arange(24) - 11.5
+    disc = (cell[:, None] ** 2 + cell[None, :] ** 2) <= 100.0        # radius 10 of 24
+    colours = jnp.array([[20, 60, 160], [220, 40, 40], [240, 210, 40]], jnp.uint8)
+    which = jnp.where(first, 1, jnp.where(second, 2, 0))              # [rows, cols]
+    cells = jnp.where(disc[None, None, :, :, None], colours[which][:, :, None, None],
+                      colours[0])                                     # [r, c, 24, 24, 3]
+    rows, cols = which.shape
+    return cells.transpose(0, 2, 1, 3, 4).reshape(rows * 24, cols * 24, 3)
+
   def evaluation_env(self) -> "Pgx":
     """Against `eval_opponent`, from a seat drawn per game."""
     if self.opponent == self.eval_opponent and not self.opening_moves:
