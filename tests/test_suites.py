@@ -210,14 +210,15 @@ def test_ppo_eats_four_times_random_on_jumanji_snake_over_3_seeds(tmp_path):
 
 
 @pytest.mark.learning
-def test_ppo_wins_jaxtari_pong_from_objects_over_3_seeds(tmp_path):
+def test_ppo_wins_jaxtari_pong_from_objects_over_2_seeds(tmp_path):
   """Pong reimplemented in JAX, under Anakin: random play scores -19.6 a game (21 points
-  to its 1.4); PPO on the objects holds more points won than lost (above 0) in each of 3
-  seeds after 1.5M steps: they held 7.0, 4.1 and 2.7 here (171 s), and 17.3 and 17.0
-  after pong_anakin's 3M (docs/environments.md)."""
-  records = launch_runs("agents/ppo/config.py:pong_anakin", tmp_path, "--config.num_runs=3",
+  to its 1.4); PPO on the objects holds more points won than lost (above 0) in each of 2
+  seeds after 1.5M steps: they held 9.7 and 6.4 here (118 s alone; 3 seeds in one program
+  held 7.0, 4.1 and 2.7), and 17.3 in each of 3 seeds after pong_anakin's 3M
+  (docs/environments.md)."""
+  records = launch_runs("agents/ppo/config.py:pong_anakin", tmp_path, "--config.num_runs=2",
                         "--config.total_env_steps=1500000")
-  assert_reached_and_held(records, 3, held_each=0.0)
+  assert_reached_and_held(records, 2, held_each=0.0)
 
 
 @pytest.mark.extended

@@ -35,6 +35,21 @@ def test_cartpole_draws_its_pole_where_the_angle_points():
   assert top(leaning) > top(upright) + 5
 
 
+def test_minatar_is_drawn_in_gymnax_visualizers_colours():
+  """Breakout-MinAtar's 10 x 10 grid at 20 pixels a cell: black where empty, each
+  channel's cubehelix colour (gymnax's visualizer's) where it is the highest present."""
+  from podracer.components.environments import Gymnax  # pylint: disable=import-outside-toplevel
+  from podracer.components.environments.gymnax_adapter import minatar_palette  # pylint: disable=import-outside-toplevel
+  env = Gymnax("Breakout-MinAtar")
+  state, timestep = env.reset(jax.random.PRNGKey(0))
+  image = np.asarray(env.render(state))
+  assert image.shape == (200, 200, 3) and image.dtype == np.uint8
+  grid = np.asarray(timestep.observation)
+  highest = np.max(grid * np.arange(1, 5), axis=-1).astype(int)
+  np.testing.assert_array_equal(image[10::20, 10::20], minatar_palette(4)[highest])
+  assert len(np.unique(highest)) >= 3 and (image[10::20, 10::20][highest == 0] == 0).all()
+
+
 def test_pgx_draws_each_players_stones_in_its_colour_and_go_is_refused():
   """Connect four after moves 3, 3, 2: the first mover's two stones and the second's one
   in their colours, wherever the turn is; a game of more planes (Go) is refused by name."""
@@ -139,7 +154,8 @@ def test_eval_video_refuses_what_it_cannot_watch():
   c = minatar_anakin()
   c.topology.num_devices = 1
   c.eval_video = 1
-  with pytest.raises(ConfigError, match=r"eval_video.*does not render.*cartpole, catch"):
+  c.env.env_id = "Acrobot-v1"  # gymnax draws MinAtar only (in a compiled program).
+  with pytest.raises(ConfigError, match=r"eval_video.*does not render.*Acrobot.*cartpole"):
     builder.build(c)
   from tests.test_sebulba import one_device  # pylint: disable=import-outside-toplevel
   c = memory_sebulba()  # A dm_env environment on the host: it cannot be made to render.

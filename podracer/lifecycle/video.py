@@ -1,11 +1,11 @@
 """Watching an agent play: its evaluation policy's episodes as a video.
 
 A JAX environment that renders has `render(state) -> uint8 [H, W, 3]` (CartPole, Catch,
-PixelCatch, Navix, Craftax-Classic, JAXtari, Pgx's boards); `record` plays `episodes`
-episodes of one environment with `Agent.eval_act` in one jitted `lax.scan`, rendering
-every state. A host
-environment that renders (EnvPool's, made with `render_mode="rgb_array"`) has `render()`
-of its environment 0; `record_host` plays it step by step (Sebulba's and SEED's runs). And
+PixelCatch, gymnax's MinAtar, Navix, Craftax-Classic, JAXtari, Pgx's boards); `record`
+plays `episodes` episodes of one environment with `Agent.eval_act` in one jitted
+`lax.scan`, rendering every state. A host environment that renders (EnvPool's, made with
+`render_mode="rgb_array"`) has `render()` of its environment 0; `record_host` plays it
+step by step (Sebulba's and SEED's runs). And
 `write` encodes the frames: MP4 where imageio finds ffmpeg (imageio-ffmpeg), GIF
 otherwise (Pillow, which matplotlib brings). `--config.eval_video=N` writes N episodes
 into `WORKDIR/videos/` at the end of a run (and into TensorBoard and W&B, where
@@ -37,9 +37,9 @@ def check_renders(env: Any, what: str) -> None:
     require_imageio()
   except MissingPackage as e:
     raise ConfigError(f"{what}: {e}") from e
-  listed = ("Environments that render: cartpole, catch, pixel_catch, navix, craftax "
-            "(Classic), jaxtari, pgx (board games of two stone colours); on the host, "
-            "envpool.")
+  listed = ("Environments that render: cartpole, catch, pixel_catch, gymnax (MinAtar), "
+            "navix, craftax (Classic), jaxtari, pgx (board games of two stone colours); "
+            "on the host, envpool.")
   if not renders(env):
     raise ConfigError(f"{what}: environment {env!r} does not render (no "
                       f"`render(state)`), so it cannot be watched. {listed}")

@@ -19,10 +19,11 @@ from typing import Any, Mapping, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from podracer import registry
 from podracer.components.environments.base import (Environment, observation_spec, restart,
-                                                   transition)
+                                                   transition, upscale)
 from podracer.errors import MissingPackage
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, PyTree, TimeStep,
                             bounds, strip_weak_types)
@@ -31,6 +32,13 @@ from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, PyTree, TimeStep,
 class GymnaxState(NamedTuple):
   env_state: PyTree  # gymnax's own state
   key: jax.Array     # for gymnax's stochastic transitions
+
+
+def minatar_palette(channels: int) -> np.ndarray:
+  """gymnax's MinAtar colours, uint8 [channels + 1, 3]: black, then seaborn's cubehelix."""
+  import seaborn  # pylint: disable=import-outside-toplevel  # gymnax's own dependency
+  colours = [(0.0, 0.0, 0.0)] + list(seaborn.color_palette("cubehelix", channels))
+  return np.round(np.asarray(colours) * 255).astype(np.uint8)
 
 
 @registry.environments.register("gymnax")
@@ -80,6 +88,17 @@ class Gymnax(Environment):
     time = getattr(env_state, "time", None)
     limit = getattr(self._params, "max_steps_in_episode", None)
     return (time >= limit) if time is not None and limit is not None else False
+
+  def render(self, state: GymnaxState) -> jax.Array:
+    """A MinAtar game's grid as gymnax's own visualizer colours it (a cubehelix colour
+    for each channel, the highest present, black where none), 20 pixels a cell."""
+    if not self.env_id.endswith("-MinAtar"):
+      raise NotImplementedError(f"podracer draws gymnax's MinAtar games, not {self.env_id}")
+    grid = self._env.get_obs(state.env_state, self._params)
+    channels = grid.shape[-1]
+    palette = jnp.asarray(minatar_palette(channels))
+    which = jnp.max(grid * jnp.arange(1, channels + 1), axis=-1).astype(jnp.int32)
+    return upscale(palette[which], 20)
 
   def spec(self) -> EnvSpec:
     space = self._env.action_space(self._params)
