@@ -117,14 +117,15 @@ class JAXtari(Environment):
         raise ValueError(f"env.{key} must be one of {', '.join(allowed)}; got {value!r}.")
     self.game, self.observation = game, observation
     self.frame_skip, self.frame_stack = int(frame_skip), int(frame_stack)
-    require("jaxtari", f"jaxtari {game}", "jaxtari")
     with api_of("jaxtari", f"jaxtari {game}"):
+      self._game = make_game(game, sprites)  # Imports JAXtari, or names its extra.
       from jaxtari.wrappers import AtariWrapper  # pylint: disable=import-outside-toplevel
-      self._game = make_game(game, sprites)
       self._env = AtariWrapper(self._game, sticky_actions=sticky_actions,
                                episodic_life=False, noop_max=noop_max,
                                max_frames_per_episode=max_frames)
       self._num_actions = int(self._game.action_space().n)
+      # The game's own observation (a tree), as its reset gives it: step's scan carries one.
+      self._game_obs = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0))[0]
       self._obs = observation_spec(self)
 
   def _frame(self, obs: PyTree, atari_state: PyTree) -> jax.Array:
@@ -154,8 +155,7 @@ class JAXtari(Environment):
               reward + jnp.where(over, 0.0, jnp.asarray(r, jnp.float32)),
               terminated | (~over & term), truncated | (~over & trunc)), None
 
-    shapes = jax.eval_shape(self._env.reset, jax.random.PRNGKey(0))[0]
-    first = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    first = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), self._game_obs)
     carry = (state.atari_state, first, jnp.float32(0.0), jnp.bool_(False), jnp.bool_(False))
     (atari_state, obs, reward, terminated, truncated), _ = jax.lax.scan(
         frame, carry, None, length=self.frame_skip)
