@@ -65,7 +65,7 @@ def train(agent: str, game: str) -> list:
   config.eval_interval, config.eval_episodes = _EVAL_INTERVAL.value, _EVAL_EPISODES.value
   if _NUM_ENVS.value:
     config.runtime.num_envs_per_device = _NUM_ENVS.value
-  result = builder.build(config).run(workdir=None, stream=sys.stdout, print_interval=10.0)
+  result = builder.build(config).train(workdir=None, stream=sys.stdout, print_interval=10.0)
   records = result.pop("records")
   rates = [r["sps"] for r in records[1:] if "sps" in r] or [result["median_sps"]]
   rows = []

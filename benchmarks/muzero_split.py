@@ -50,7 +50,7 @@ def run(seed: int, scale: int, budget: int):
   config.runtime.max_policy_lag, config.runtime.log_interval = 0, 0.0
   config.runtime.num_envs_per_actor *= scale
   config.runtime.updates_per_batch *= scale
-  return builder.build(config).run(stream=None)["records"]
+  return builder.build(config).train(stream=None)["records"]
 
 
 def first_reaching(points, threshold: float):

@@ -125,7 +125,7 @@ def full_run(config, seconds: float):
     if since and time.monotonic() - since[0] >= seconds:
       group.stop.set()
   runtime._poll = timed_poll
-  runtime.run(logger)
+  runtime.train(logger)
   records = logger.records[2:] or logger.records
   median = lambda k: statistics.median([r[k] for r in records if k in r] or [0.0])
   return (median("sps"), median("inference_fill"), median("inference_latency_p50_ms"),

@@ -96,5 +96,5 @@ def full_sps(config, seconds: float) -> float:
   config.total_env_steps = 10 ** 10  # Beyond any window; its schedules fit int32.
   config.runtime.log_interval = 1.0
   logger = TimedLogger(stream=None)
-  builder.build(config).runtime.run(logger)
+  builder.build(config).runtime.train(logger)
   return statistics.median(r["sps"] for r in logger.records[3:])

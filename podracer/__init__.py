@@ -1,6 +1,6 @@
 """podracer: the Podracer architectures (Anakin, Sebulba) as a pluggable JAX framework."""
 
-__version__ = "0.16.0"
+__version__ = "0.17.0"
 
 from podracer import deprecation as _deprecation  # noqa: E402
 
@@ -14,6 +14,9 @@ MOVED_MODULES = {f"podracer.{old}": (f"podracer.{new}", "0.9.0") for old, new in
     evaluation="lifecycle.evaluation", memory="lifecycle.memory", metrics="logs.metrics",
     tensorboard="logs.tensorboard", wandb_log="logs.wandb", disk="logs.disk",
     launch_local="distributed.launch_local", transport="distributed.transport").items()}
+# ... and those 0.17.0 moved, each into the package of its concern.
+MOVED_MODULES.update({f"podracer.{old}": (f"podracer.{new}", "0.17.0") for old, new in dict(
+    off_policy="kits.q_learning").items()})
 _deprecation.install_moved_modules(MOVED_MODULES)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 import jax
 import jax.numpy as jnp
 
+from podracer import deprecation
 from podracer.experience import Replay
 from podracer.learning import META, Objective, init_opt_state
 from podracer.types import (ILLEGAL, ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory,
@@ -62,9 +63,8 @@ class Agent(abc.ABC):
   # {"simulations_per_s": num_simulations}; every record with `sps` gets each.
   rates_per_env_step: Mapping[str, float] = {}
 
-  # A meta-gradient component (`meta_loss` section, e.g. "meta_gradient") adapting the
-  # meta-parameters `meta_values` names, for an agent whose `update` asks `adapted` for
-  # them and builds its batch with `learning_batch`; None: they stay fixed.
+  # Deprecated here (0.17.0): an agent whose meta-parameters a `meta_loss` adapts is a
+  # `podracer.kits.MetaGradientAgent`, which holds the hooks below without warning.
   meta_loss: Any = None
 
   def __init__(self, spec: EnvSpec, network: Any = None,
@@ -73,6 +73,19 @@ class Agent(abc.ABC):
     self.network = network
     self.objectives = tuple(objectives)
     self.replay = replay
+
+  def add_objective(self, objective: Objective,
+                    others_own: Optional[Tuple[str, ...]] = None) -> None:
+    """Adds `objective` after the agent's own (a subclass's second loss: RND's predictor,
+    an auxiliary task), without knowing how many the agent has. `objective.owns` names
+    the top-level nets keys it steps; `others_own` the keys the agent's objectives that
+    owned every key (owns=None) own from now on, so that no key is stepped twice (a key
+    no objective owns stays fixed: RND's target). Checked when the agent is built
+    (podracer/contracts.py `check_objectives`): a key its nets lack, or an objective that
+    still owns every key beside another, is one paragraph naming it."""
+    own = tuple(o._replace(owns=tuple(others_own)) if o.owns is None and others_own
+                else o for o in self.objectives)
+    self.objectives = own + (objective,)
 
   @classmethod
   def gradient_steps_per_update(cls, **config: Any) -> Union[int, Mapping[str, int]]:
@@ -123,28 +136,29 @@ class Agent(abc.ABC):
 
   def init_opt(self, nets: PyTree) -> PyTree:
     """Optimizer (and other learner) state for `nets`; by default, one optimizer state
-    per objective (`podracer.learning.init_opt_state` of `self.objectives`), and the
-    meta-parameters' state under `META` where there is a `meta_loss`."""
+    per objective (`podracer.learning.init_opt_state` of `self.objectives`)."""
     opt = init_opt_state(self.objectives, nets)
-    if self.meta_loss is not None:
+    if self.meta_loss is not None:  # Deprecated: a MetaGradientAgent's (podracer.kits).
+      _moved_to_kit("Agent.init_opt's meta-parameters' state")
       opt[META] = self.meta_loss.init(self.meta_values())
     return opt
 
   def meta_values(self) -> Dict[str, Any]:
-    """The meta-parameters a `meta_loss` may adapt, at their configured values:
-    {"discount": ..., "lambda": ...} for an agent whose `learning_batch` takes them."""
+    """Deprecated (0.17.0): `podracer.kits.MetaGradientAgent.meta_values`."""
+    _moved_to_kit("Agent.meta_values")
     return {}
 
   def learning_batch(self, trajectory: PyTree, values: Mapping[str, Any]) -> PyTree:
-    """The batch the objectives' losses take, built from `trajectory` with the
-    meta-parameters `values` (`meta_values`'s keys); agents with a `meta_loss` define it."""
+    """Deprecated (0.17.0): `podracer.kits.MetaGradientAgent.learning_batch`."""
+    del trajectory, values
+    _moved_to_kit("Agent.learning_batch")
     raise NotImplementedError(f"{type(self).__name__} takes no `meta_loss`: it has no "
                               "learning_batch.")
 
   def adapted(self, nets: PyTree, opt: PyTree, trajectory: PyTree
               ) -> Tuple[Dict[str, Any], PyTree, Metrics]:
-    """(the meta-parameters this update learns with, the learner state, metrics): the
-    `meta_loss`'s step on `trajectory`, or `meta_values()` unchanged without one."""
+    """Deprecated (0.17.0): `podracer.kits.MetaGradientAgent.adapted`."""
+    _moved_to_kit("Agent.adapted")
     if self.meta_loss is None:
       return self.meta_values(), opt, {}
     return self.meta_loss.step(self, nets, opt, trajectory)
@@ -233,3 +247,8 @@ def item_spec(agent: Agent, trajectory_spec: Trajectory) -> PyTree:
   """Shapes of ONE replay item (no batch axis) of a trajectory of `trajectory_spec`."""
   return jax.eval_shape(lambda t: jax.tree.map(lambda x: x[0], agent.replay_items(t)),
                         trajectory_spec)
+
+
+def _moved_to_kit(name: str) -> None:
+  deprecation.warn_once(name, deprecation.renamed_message(
+      name, "podracer.kits.MetaGradientAgent (subclass it)", "0.17.0"), stacklevel=4)

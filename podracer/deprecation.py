@@ -37,7 +37,8 @@ MIN_MINOR_VERSIONS = 2  # a deprecated name lasts at least this many minor versi
 MIN_DAYS = 90             # ... and at least this many days after the deprecating release
 
 
-def _message(old: str, new: str, since: str, removed_in: str = "") -> str:
+def renamed_message(old: str, new: str, since: str, removed_in: str = "") -> str:
+  """What a renamed name's shim says: the new name, and until when the old one works."""
   return (f"`{old}` was renamed `{new}` in podracer {since}; it keeps working until "
           f"{removal(since, removed_in)} and for at least {MIN_DAYS} days after {since}'s "
           f"release; use `{new}` (CHANGELOG.md).")
@@ -79,7 +80,7 @@ class renamed_attribute:  # pylint: disable=invalid-name
   def _warn(self, owner: type) -> None:
     # `owner` from the access: a NamedTuple's body does not call __set_name__ on 3.11.
     old, new = f"{owner.__name__}.{self.old}", f"{owner.__name__}.{self.new}"
-    warn_once(old, _message(old, new, self.since, self.removed_in), stacklevel=4)
+    warn_once(old, renamed_message(old, new, self.since, self.removed_in), stacklevel=4)
 
 
 def renamed_module_names(module: str, renamed: Dict[str, Tuple[str, str]]
@@ -92,7 +93,7 @@ def renamed_module_names(module: str, renamed: Dict[str, Tuple[str, str]]
     if name not in renamed:
       raise AttributeError(f"module {module!r} has no attribute {name!r}")
     new, since = renamed[name]
-    warn_once(f"{module}.{name}", _message(f"{module}.{name}", f"{module}.{new}", since))
+    warn_once(f"{module}.{name}", renamed_message(f"{module}.{name}", f"{module}.{new}", since))
     return getattr(sys.modules[module], new)
   return __getattr__
 
@@ -116,7 +117,7 @@ class MovedModules:
 
   def _warn(self, name: str) -> str:
     new, since = self.moved[name]
-    warn_once(name, _message(name, new, since), stacklevel=4)  # the importing line
+    warn_once(name, renamed_message(name, new, since), stacklevel=4)  # the importing line
     return new
 
   def create_module(self, spec: Any) -> Any:

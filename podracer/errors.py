@@ -1,6 +1,8 @@
 """Errors a user can cause and fix: the launcher prints them as one paragraph, no traceback."""
 
+import importlib
 import traceback
+from types import ModuleType
 from typing import Callable, Optional
 
 
@@ -31,6 +33,17 @@ class MissingPackage(ImportError):
   """A component needs a package this install lane lacks (gymnax or Brax in the reverb
   lane, EnvPool or Gymnasium left out); building it from a config is a ConfigError that
   names the config key."""
+
+
+def require(module: str, who: str, install: str) -> ModuleType:
+  """`import module` for `who` (an environment, a logger, videos), or a MissingPackage in
+  one paragraph: who needs which package, and `install`, how to get it. Every optional
+  package podracer imports is imported through this (or `suites.require`, its suites')."""
+  try:
+    return importlib.import_module(module)
+  except ImportError as e:
+    raise MissingPackage(f"{who} needs {module}, which is not installed here: {install} "
+                         f"({e}).") from e
 
 
 class RecompilationError(RuntimeError):

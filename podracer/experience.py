@@ -99,3 +99,11 @@ def sample_for_replicas(items: PyTree, probabilities: Any, size: int,
                   priorities=np.zeros(count, np.float32))
   sample = jax.tree.map(lambda x: x.reshape(num_replicas, -1, *x.shape[1:]), sample)
   return sample._replace(size=sample.size[:, 0])  # a scalar per replica
+
+
+def importance_weights(sample: Sample, exponent: float) -> jax.Array:
+  """Prioritized replay's (size * P(i))^-beta, normalised by its maximum (Schaul et al.)."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  size = jnp.maximum(sample.size.astype(jnp.float32), 1.0)
+  weights = jnp.power(size * jnp.maximum(sample.probabilities, 1e-12), -exponent)
+  return weights / jnp.max(weights)

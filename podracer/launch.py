@@ -24,6 +24,12 @@ import re
 import sys
 import textwrap
 
+if __name__ == "__main__":
+  # `python -m podracer.launch` runs this file as `__main__`; a user's module (`--import`)
+  # that imports the public `podracer.launch` gets this module, not a second copy of it
+  # whose flags would be defined twice.
+  sys.modules.setdefault("podracer.launch", sys.modules[__name__])
+
 # In the Reverb lane rlax -> distrax -> TFP imports TensorFlow, whose C++ logger prints
 # CUDA plugin registration errors even on CPU-only runs, before any message of ours.
 # Set TF_CPP_MIN_LOG_LEVEL yourself to see TensorFlow's C++ errors again.
@@ -32,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from podracer import distributed
+from podracer import deprecation, distributed
 from podracer.config import files as config_files, runs as runs_lib, validation
 from podracer.registry import imports
 from podracer.logs import disk
@@ -91,18 +97,26 @@ def register_components_and_agents() -> None:
 
 
 def run(config, workdir=None, stream=sys.stdout, fresh=False):
-  """Builds and runs `config`; returns the run's summary. Raises ConfigError."""
+  """Deprecated (0.17.0): `launch`."""
+  deprecation.warn_once("podracer.launch.run", deprecation.renamed_message(
+      "podracer.launch.run", "podracer.launch.launch", "0.17.0"))
+  return launch(config, workdir, stream, fresh)
+
+
+def launch(config, workdir=None, stream=sys.stdout, fresh=False):
+  """One launch of `config`: holds `workdir`, builds the experiment and trains it;
+  returns the run's summary. Raises ConfigError."""
   validation.check_config(config)
   if distributed.process_count() > 1:  # One run: the same config and podracer on each.
     from podracer import __version__  # pylint: disable=import-outside-toplevel
     distributed.check_same_run(config.to_json_best_effort(sort_keys=True), __version__)
   main = distributed.is_main()
   with hold_workdir(workdir if main else None):
-    return _run_in(config, workdir, stream, fresh, main)
+    return _launch_in(config, workdir, stream, fresh, main)
 
 
-def _run_in(config, workdir, stream, fresh, main):
-  """`run` once process 0 holds the workdir."""
+def _launch_in(config, workdir, stream, fresh, main):
+  """`launch` once process 0 holds the workdir."""
   found = prepare_workdir(workdir, fresh, config) if main else None
   distributed.check_shared_workdir(workdir)
   if found and stream:
@@ -121,13 +135,13 @@ def _run_in(config, workdir, stream, fresh, main):
   try:
     # (Only where they differ: an Experiment of a user's own may not take the argument.)
     where = {} if checkpoints_in == workdir else dict(checkpoints_in=checkpoints_in)
-    summary = experiment.run(workdir=workdir, stream=stream, **where)
+    summary = experiment.train(workdir=workdir, stream=stream, **where)
   except KeyboardInterrupt as interrupt:
-    if getattr(experiment, "logger", None) is None:  # Stopped before the first step
+    if experiment.logger is None:  # Stopped before the first step
       raise  # (a rank told to stop while it still imported): nothing ran, nothing to say.
     # The runtime stopped its threads and environments, and the logger wrote the plot.
     summary = dict(experiment.logger.summary(), stopped_by=preemption.stopped_by(interrupt))
-    saved = getattr(experiment.checkpointer, "saved_env_steps", None)
+    saved = experiment.checkpointer.saved_env_steps if experiment.checkpointer else None
     if saved is not None:  # Past the last record: what the run did, and resumes from.
       summary["env_steps"] = max(summary.get("env_steps", 0), saved)
     _report(summary, workdir, stream)
@@ -138,7 +152,7 @@ def _run_in(config, workdir, stream, fresh, main):
   except ConfigError:  # Found when first traced (a loss's shape): bad input, exit 2.
     raise
   except Exception:
-    logger = getattr(experiment, "logger", None)  # None: it failed before the first step
+    logger = experiment.logger  # None: it failed before the first step
     if workdir and (logger is None or not logger.records):
       sys.stderr.write(f"The run recorded no metrics before it failed: {workdir}/"
                        f"{METRICS_FILE} is empty and no learning curve was plotted.\n")
@@ -339,7 +353,7 @@ def main(argv):
   preemption.handle_sigint()
   preemption.handle_sigterm()
   try:
-    run(_CONFIG.value, _WORKDIR.value, fresh=_FRESH.value)
+    launch(_CONFIG.value, _WORKDIR.value, fresh=_FRESH.value)
   except ConfigError as e:
     if _DEBUG.value:
       raise

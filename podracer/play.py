@@ -63,28 +63,12 @@ def play(workdir: str, episodes: int = 2, run: int = 0, fmt: Optional[str] = Non
     _on_saved_mesh(config, checkpointer.meta() or {})
     experiment = builder.build(config)
     runtime = experiment.runtime
-    nets = _saved_nets(runtime, checkpointer, workdir, run)
+    nets = runtime.saved_nets(checkpointer, run)
   finally:
     checkpointer.close()
-  env = video.watchable_env(runtime, config.runtime.name, "podracer.play", seed=seed)
+  env = video.watchable_env(runtime, "podracer.play", seed=seed)
   frames = video.record_run(experiment.agent, env, nets, jax.random.PRNGKey(seed), episodes)
   return video.write(out or os.path.join(workdir, "videos", "play"), frames, fmt=fmt)
-
-
-def _saved_nets(runtime: Any, checkpointer: Any, workdir: str, run: int) -> Any:
-  """Run `run`'s nets in the newest checkpoint: Anakin's (one of many runs), or the
-  learners' of a Sebulba or SEED run (one run)."""
-  if not hasattr(runtime, "saved_state"):
-    if run:
-      raise ConfigError(f"--run={run}: {workdir} holds one run (run 0).")
-    return runtime.saved_nets(checkpointer)
-  nets = runtime.per_run(runtime.saved_state(checkpointer).agent.nets)
-  if runtime.runs:
-    count = jax.tree.leaves(nets)[0].shape[0]
-    if not 0 <= run < count:
-      raise ConfigError(f"--run={run}: {workdir} holds runs 0-{count - 1}.")
-    nets = jax.tree.map(lambda x: x[run], nets)
-  return nets
 
 
 def _flags() -> Tuple[flags.FlagValues, Dict[str, Any]]:

@@ -38,12 +38,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import json
 import os
 import sys
 import textwrap
-import warnings
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -51,6 +49,9 @@ import numpy as np
 from podracer.errors import ConfigError
 from podracer.logs import runs as runs_log
 from podracer.logs.metrics import METRICS_FILE
+# The statistics, importable from here as before (docs/api.md lists interval_estimates).
+from podracer.reporting.statistics import (  # noqa: F401
+    REPS, quiet_bootstrap, aggregates, bootstrapped, interval_estimates, iqm, resampled)
 
 # Config keys that say how long or how often, not what was run: runs that differ only in
 # them are runs of one config. Per-run keys (seed, swept values) come from the records.
@@ -59,7 +60,6 @@ NOT_THE_CONFIG = ("seed", "num_runs", "sweep", "total_env_steps", "stop_at_retur
                   "eval_episodes")
 TASK_KEYS = ("env.env_id", "env.task_id", "env.env_name", "env.name")
 AGGREGATES = ("IQM", "median", "mean", "optimality gap")
-REPS = 2000              # bootstrap replications of the final-score estimates
 CURVE_REPS = 500         # ... of each point of the curves
 CURVE_POINTS = 40
 
@@ -248,67 +248,6 @@ def _normalized(x: float, low_high: Optional[Tuple[float, float]]) -> float:
   return (x - low) / (high - low)
 
 
-def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
-  """The interquartile mean along `axis`: the mean of the middle half, as scipy's
-  `trim_mean(x, 0.25)` and rliable's `aggregate_iqm` cut it, over every other axis at once."""
-  x = np.sort(np.moveaxis(x, axis, -1), axis=-1)
-  cut = int(0.25 * x.shape[-1])
-  return x[..., cut:x.shape[-1] - cut].mean(axis=-1)
-
-
-def aggregates(scores: np.ndarray, normalized: bool) -> np.ndarray:
-  """IQM, median, mean and (normalized scores only) the optimality gap of score matrices
-  [..., runs, tasks], as rliable defines them (the median: of the tasks' mean scores):
-  [..., 4]."""
-  flat = scores.reshape(*scores.shape[:-2], -1)
-  gap = 1.0 - np.minimum(flat, 1.0).mean(-1) if normalized else np.full(flat.shape[:-1],
-                                                                        np.nan)
-  per_task = scores.mean(-2)
-  return np.stack([iqm(flat), np.median(per_task, -1), per_task.mean(-1), gap], axis=-1)
-
-
-def resampled(matrix: np.ndarray, reps: int, seed: int) -> np.ndarray:
-  """A stratified bootstrap of [runs, tasks, ...]: `reps` resamples [reps, runs, tasks,
-  ...], each task's runs drawn with replacement from its own (rliable's strata)."""
-  runs, tasks = matrix.shape[:2]
-  picks = np.random.default_rng(seed).integers(0, runs, size=(reps, runs, tasks))
-  return matrix[picks, np.arange(tasks)]
-
-
-def bootstrapped(statistic, matrix: np.ndarray, reps: int, seed: int):
-  """(statistic(matrix), its 95 % percentile interval [2, ...] over `reps` stratified
-  resamples): `statistic` takes [..., runs, tasks, ...] and reduces the runs and tasks."""
-  boot = statistic(resampled(matrix, reps, seed))
-  return statistic(matrix), np.percentile(boot, [2.5, 97.5], axis=0)
-
-
-def interval_estimates(matrices: Dict[str, np.ndarray], normalized: bool, seed: int = 0,
-                       reps: int = REPS):
-  """({group: the 4 aggregates}, {group: [2, 4] 95 % percentile intervals}): rliable's
-  estimates and stratified bootstrap, vectorized over the replications."""
-  points, intervals = {}, {}
-  for i, (name, matrix) in enumerate(matrices.items()):
-    points[name], intervals[name] = bootstrapped(lambda m: aggregates(m, normalized),
-                                                 matrix, reps, seed + i)
-  return points, intervals
-
-
-@contextlib.contextmanager
-def _quiet(seed: int = 0):
-  """A reproducible bootstrap: arch (under rliable) draws from numpy's global generator
-  besides the `random_state` it is given, so that one is seeded here too (and put back
-  after); and arch's warning at every bootstrap, that it will prefer numpy Generators,
-  is kept quiet."""
-  state = np.random.get_state()
-  np.random.seed(seed)
-  try:
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore", FutureWarning)
-      yield
-  finally:
-    np.random.set_state(state)
-
-
 def curves(groups: Dict[str, List[Run]], tasks: List[str], end: int,
            norm: Dict[str, Tuple[float, float]], points: int = CURVE_POINTS):
   """(grid, {group: IQM per grid point}, {group: [2, points] interval}): each run's
@@ -479,7 +418,7 @@ def _profiles(out, matrices, normalized) -> str:
   high = max(float(np.nanmax(m)) for m in matrices.values())
   low = min(float(np.nanmin(m)) for m in matrices.values())
   taus = np.linspace(low, high, 41)
-  with _quiet():
+  with quiet_bootstrap():
     profiles, bands = rly.create_performance_profile(matrices, taus, reps=CURVE_REPS)
   fig, ax = plt.subplots(figsize=(6, 4))
   for row, name in enumerate(matrices):

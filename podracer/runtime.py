@@ -8,14 +8,22 @@ builds it in one straight line (podracer/builder.py):
   spec    = Runtime.environment_spec(env_factory, seed)
   agent   = the agent, its optimizers sized by plan.num_updates
   runtime = Runtime(agent, env_factory, topology, options, plan, seed)
-  runtime.run(logger)
+  runtime.train(logger, checkpointer=..., evaluation=...)   # what it says it takes
+
+Callers ask a runtime what it can do by method, never by looking for attributes:
+`checkpoints()` and `evaluates()` (does `train` take a checkpointer, an evaluation),
+`final_nets(state, run)` and `saved_nets(checkpointer, run)` (the trained parameters, for
+videos and `podracer.play`), `environment_to_watch(seed)`. What a runtime does not do
+it answers with `NotSupported`, a ConfigError that names it (exit 2).
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, ClassVar, Dict, NamedTuple, Protocol
+import inspect
+from typing import Any, Callable, ClassVar, Dict, NamedTuple, Optional, Protocol
 
+from podracer import deprecation
 from podracer.errors import ConfigError
 from podracer.types import EnvSpec
 
@@ -58,6 +66,15 @@ REFUSALS = {
 }
 
 
+class NotSupported(ConfigError):
+  """A runtime's answer for what it does not do (be watched, be played, save): the
+  runtime and the method named, so that a caller can say why in one paragraph."""
+
+  def __init__(self, runtime: Any, method: str, what: str):
+    super().__init__(f"runtime {type(runtime).__name__} {what} (its Runtime.{method} is "
+                     "not implemented; podracer/runtime.py says what each method returns).")
+
+
 class RuntimeOptions(Protocol):
   """A runtime's config section (`runtime.*` keys other than `name`)."""
 
@@ -73,6 +90,9 @@ class Runtime(abc.ABC):
   """
   Options: ClassVar[type]
   environment_kind: ClassVar[str]
+  # Whether it trains many runs in one program (`num_runs`, `sweep`, `population`):
+  # Anakin; a runtime that does takes `runs`, `agent_for`, `population` and `schedule`.
+  supports_runs: ClassVar[bool] = False
 
   @classmethod
   def environment_args(cls, seed: int) -> Dict[str, Any]:
@@ -117,7 +137,55 @@ class Runtime(abc.ABC):
                options: Any, plan: Plan, seed: int):
     """Builds everything the run needs for `agent`; ConfigError if it cannot run."""
 
-  @abc.abstractmethod
-  def run(self, logger: Any) -> Any:
+  def train(self, logger: Any, checkpointer: Optional[Any] = None,
+            evaluation: Optional[Any] = None) -> Any:
     """Trains, writing records to `logger`, until the plan is done or its target is
-    reached; returns the final state."""
+    reached; returns the final state. Given a `checkpointer` (only if `checkpoints()`),
+    first resumes from its latest checkpoint and saves as it goes; given an `evaluation`
+    (only if `evaluates()`), adds `eval_return` to its records."""
+    if _overrides(self, "run"):  # A runtime of before 0.17, which named it `run`.
+      deprecation.warn_once("Runtime.run", deprecation.renamed_message(
+          "Runtime.run", "Runtime.train", "0.17.0"))
+      extras = dict(checkpointer=checkpointer, evaluation=evaluation)
+      return self.run(logger, **{k: v for k, v in extras.items() if v is not None})
+    raise NotImplementedError(f"{type(self).__name__} implements no Runtime.train.")
+
+  def run(self, logger: Any, **extras: Any) -> Any:
+    """Deprecated (0.17.0): `train`."""
+    deprecation.warn_once("Runtime.run", deprecation.renamed_message(
+        "Runtime.run", "Runtime.train", "0.17.0"))
+    return self.train(logger, **extras)
+
+  def checkpoints(self) -> bool:
+    """Whether `train` takes a checkpointer: saves its state and resumes from it."""
+    return _overrides(self, "run") and "checkpointer" in _run_parameters(self)
+
+  def evaluates(self) -> bool:
+    """Whether `train` takes an evaluation (podracer/lifecycle/evaluation.py)."""
+    return _overrides(self, "run") and "evaluation" in _run_parameters(self)
+
+  def final_nets(self, state: Any, run: int = 0) -> Any:
+    """Run `run`'s trained parameters (host arrays, one replica's) in the state `train`
+    returned: what `eval_video` watches."""
+    raise NotSupported(self, "final_nets", "does not say what its final parameters are, so "
+                       "its run cannot be watched")
+
+  def saved_nets(self, checkpointer: Any, run: int = 0) -> Any:
+    """Run `run`'s parameters in the latest checkpoint (`podracer.play`); a ConfigError
+    for a run the checkpoint does not hold."""
+    raise NotSupported(self, "saved_nets", "cannot read its parameters back from a "
+                       "checkpoint, so a saved run cannot be played")
+
+  def environment_to_watch(self, seed: int = 0) -> Any:
+    """One environment of the run's task to watch the agent in: a JAX environment, or a
+    host environment made to render (`render_mode="rgb_array"`; the caller closes it)."""
+    del seed
+    raise NotSupported(self, "environment_to_watch", "has no environment to watch")
+
+
+def _overrides(runtime: Runtime, name: str) -> bool:
+  return getattr(type(runtime), name) is not getattr(Runtime, name)
+
+
+def _run_parameters(runtime: Runtime):
+  return inspect.signature(runtime.run).parameters

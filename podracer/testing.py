@@ -223,7 +223,7 @@ def traced_update(agent: Any, trajectory_spec: Trajectory, batch_size: int) -> T
   """Traces one `agent.update` (no compile, no data) on a replay sample of `batch_size`
   items of `trajectory_spec`'s shapes, as on a mesh of one replica: returns the
   sample and metrics it gives, as shapes ([1, ...] leaves). For agents with a replay."""
-  from podracer.components.replay import Sample  # pylint: disable=import-outside-toplevel
+  from podracer.experience import Sample  # pylint: disable=import-outside-toplevel
   from podracer.types import REPLICA_AXIS  # pylint: disable=import-outside-toplevel
   items = jax.eval_shape(agent.replay_items, trajectory_spec)
   batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct((batch_size, *x.shape[1:]), x.dtype),

@@ -15,7 +15,7 @@ from podracer.agent import legal
 from podracer.components.environments.masked import MaskedBandit
 from podracer.config import presets
 from podracer.errors import ConfigError, EnvironmentStepError
-from podracer.off_policy import epsilon_greedy_actions
+from podracer.kits.q_learning import epsilon_greedy_actions
 from podracer.runtimes import door
 from podracer.types import (ACTION_MASK, ILLEGAL, ArraySpec, DiscreteSpec, EnvSpec,
                             TimeStep, observation_features)
@@ -121,7 +121,7 @@ def _run_masked(agent, name, env, total_env_steps, **agent_kwargs):
     c.topology.num_devices = 1
   c.total_env_steps = total_env_steps
   c.agent.update(agent_kwargs)
-  records = builder.build(c).run(stream=None)["records"]
+  records = builder.build(c).train(stream=None)["records"]
   returns = [r["episode_return"] for r in records if "episode_return" in r]
   assert returns and records[-1]["env_steps"] >= total_env_steps
   return returns
@@ -174,6 +174,6 @@ def test_anakin_stops_mid_run_naming_the_environment_whose_mask_is_empty():
   experiment = builder.build(c)
   with pytest.raises(EnvironmentStepError,
                      match=r"no legal action from environment \d+ \(MaskedBandit"):
-    experiment.run(stream=None)
+    experiment.train(stream=None)
   written = len(experiment.logger.records)
   assert 2 <= written < c.total_env_steps // 1024

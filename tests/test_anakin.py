@@ -30,7 +30,7 @@ def small_config(num_devices, seed=0, calls=2):
 def run_records(config):
   experiment = builder.build(config)
   logger = MetricsLogger(stream=None)
-  state = experiment.runtime.run(logger)
+  state = experiment.runtime.train(logger)
   drop = ("sps", "wall_time", "includes_compilation")
   return [{k: v for k, v in r.items() if k not in drop} for r in logger.records], state
 
@@ -149,7 +149,7 @@ def test_stop_at_return_ends_the_run_at_the_first_record_that_reaches_it():
   config = catch_anakin()
   config.topology.num_devices = 1
   config.stop_at_return = 0.0  # Catch returns are -1 or 1: reached once learning starts.
-  summary = builder.build(config).run(stream=None)
+  summary = builder.build(config).train(stream=None)
   records = summary["records"]
   assert records[-1]["episode_return"] >= 0.0 and records[-1]["target_reached"]
   assert all(r.get("episode_return", -1) < 0.0 for r in records[:-1])
@@ -181,7 +181,7 @@ def test_a_budget_that_is_not_whole_calls_is_rounded_up_and_said_so():
   config.agent.num_minibatches = 2
   config.total_env_steps = 300  # calls of 4 x 16 x 4 = 256 env steps: 2 calls
   stream = io.StringIO()
-  summary = builder.build(config).run(stream=stream)
+  summary = builder.build(config).train(stream=stream)
   first_line = stream.getvalue().splitlines()[0]
   assert first_line.startswith("total_env_steps=300 runs 512 env steps: a run takes whole "
                                "calls (Anakin) or learner batches (Sebulba) of 256 env steps")
@@ -189,5 +189,5 @@ def test_a_budget_that_is_not_whole_calls_is_rounded_up_and_said_so():
   assert summary["requested_env_steps"] == 300 and summary["planned_env_steps"] == 512
   config.total_env_steps = 512
   stream = io.StringIO()
-  summary = builder.build(config).run(stream=stream)
+  summary = builder.build(config).train(stream=stream)
   assert "total_env_steps=" not in stream.getvalue() and "requested_env_steps" not in summary

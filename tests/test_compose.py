@@ -113,15 +113,15 @@ def test_entropy_schedule_loss_component_follows_its_schedule(tmp_path):
 
 def test_the_log_section_takes_only_the_keys_the_logger_reads():
   from agents.ppo.config import cartpole_anakin
-  from podracer import builder
+  from podracer import experiment
 
   config = cartpole_anakin()
   config.log.progress_metrics = ("loss", "my_metric")
-  assert builder._log_options(config) == dict(progress_metrics=("loss", "my_metric"))
+  assert experiment.log_options(config) == dict(progress_metrics=("loss", "my_metric"))
   config.log.colour = "red"
   with pytest.raises(ConfigError, match="`log.colour` are not read; the `log` section "
                      "takes: progress_metrics"):
-    builder._log_options(config)
+    experiment.log_options(config)
 
 
 def test_a_component_parameter_with_a_default_makes_its_section_optional(capsys):

@@ -12,7 +12,7 @@ import pytest
 from agents.ppo import config as ppo_config
 from agents.ppo.agent import PPO
 from agents.r2d2 import config as r2d2_config
-from podracer.off_policy import annealed_epsilon
+from podracer.kits.q_learning import annealed_epsilon
 from podracer import builder
 from podracer.lifecycle import evaluation
 from podracer.agent import Agent
@@ -98,7 +98,7 @@ def small(runtime):
 def test_eval_return_is_logged_beside_the_training_return(runtime):
   config = small(runtime)
   experiment = builder.build(config)
-  records = experiment.run(stream=None)["records"]
+  records = experiment.train(stream=None)["records"]
   evaluated = [r for r in records if "eval_return" in r]
   if runtime == "anakin":
     assert [r["env_steps"] for r in evaluated] == [256, 512, 768, 1024]

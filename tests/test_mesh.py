@@ -113,13 +113,13 @@ def _runs_on_devices(num_runs=8, **topology):
 def test_runs_spread_over_the_devices_with_no_collective_in_the_update():
   runtime = _runs_on_devices()
   assert (runtime.mesh_runs, runtime.mesh_data, runtime.runs_per_device) == (8, 1, 1)
-  hlo = runtime._step.lower(runtime.init(), runtime._hparams_of(0)).compile().as_text()
+  hlo = runtime._step.lower(runtime.init(), runtime.many.hparams_of(0)).compile().as_text()
   assert "all-reduce" not in hlo and "all-gather" not in hlo
   # The same runs, each data-parallel over the 8 devices, average their gradients.
   data_parallel = _runs_on_devices(runs=1)
   assert (data_parallel.mesh_runs, data_parallel.mesh_data) == (1, 8)
   hlo = data_parallel._step.lower(data_parallel.init(),
-                                  data_parallel._hparams_of(0)).compile().as_text()
+                                  data_parallel.many.hparams_of(0)).compile().as_text()
   assert "all-reduce" in hlo
 
 
@@ -168,11 +168,11 @@ def test_the_launcher_exits_2_on_a_mesh_that_does_not_fit_before_compiling(tmp_p
 def test_a_run_resumes_only_on_the_mesh_it_was_saved_on(tmp_path):
   config = _ppo(1, num_runs=8)
   config.total_env_steps = 256
-  launch.run(config, str(tmp_path), stream=None)
+  launch.launch(config, str(tmp_path), stream=None)
   config.topology.runs = 1
   # A changed `topology` key is refused by the workdir, naming it.
   with pytest.raises(ConfigError, match=r"differs in `topology.runs`"):
-    launch.run(config, str(tmp_path), stream=None)
+    launch.launch(config, str(tmp_path), stream=None)
   # A mesh that changed with the machine (the same config on other devices) is refused by
   # the runtime, naming both.
   runtime = builder.build(config).runtime

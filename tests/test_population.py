@@ -126,7 +126,7 @@ def test_pbt_runs_in_one_compiled_program_and_its_records_carry_values_and_paren
       np.testing.assert_array_equal(leaf[member], leaf[source])
   assert (parent != np.arange(4)).sum() == 1  # 4 x 0.25: one member copied
   logger = MetricsLogger(stream=None)
-  runtime.run(logger)
+  runtime.train(logger)
   records = logger.records
   by_call = [records[i:i + 4] for i in range(0, len(records), 4)]
   assert len(by_call) == 6
@@ -149,7 +149,7 @@ def test_members_spread_over_devices_step_as_members_on_one_device(devices):
     config.topology.num_devices = count
     config.topology.runs = count
     logger = MetricsLogger(stream=None)
-    builder.build(config).runtime.run(logger)
+    builder.build(config).runtime.train(logger)
     records.append(logger.records)
   # The same decisions and values; the floats to XLA:CPU's rounding (a device holding 4
   # members runs batched kernels of its own: docs/runs.md).
@@ -215,7 +215,7 @@ def test_a_pbt_run_names_its_best_member_and_its_schedule_and_plots_the_values(t
   of every member's values coloured by its final return."""
   config = _pbt_config(calls=6, interval_calls=1)
   out = io.StringIO()
-  summary = builder.build(config).run(workdir=str(tmp_path), stream=out)
+  summary = builder.build(config).train(workdir=str(tmp_path), stream=out)
   said = out.getvalue()
   assert ("population-based training: 4 members, every 4 updates the bottom 1 copy the "
           "top 1 by episode_return, then perturb x{0.8, 1.25} within "
@@ -291,7 +291,7 @@ def test_schedule_from_replays_a_members_values_as_plain_runs(tmp_path):
   config.num_runs = 2
   config.schedule_from = f"{run_dir}:0"
   out = io.StringIO()
-  summary = builder.build(config).run(stream=out)
+  summary = builder.build(config).train(stream=out)
   assert "replaying the hyperparameter schedule of PBT member" in out.getvalue()
   lrs = [(r["env_steps"], r["run"], r["optimizer.learning_rate"]) for r in summary["records"]]
   assert lrs == [(100 * c, run, lr) for c, lr in
@@ -336,7 +336,7 @@ def test_a_member_gone_non_finite_is_replaced_from_the_top_unless_all_are():
   config.sweep.optimizer = dict(learning_rate="3e-4,1e30")
   runtime = builder.build(config).runtime
   logger = NonFiniteWatch(MetricsLogger(stream=None))
-  state = runtime.run(logger)
+  state = runtime.train(logger)
   records = logger.records
   replaced = [r for r in records if r.get("replaced")]
   assert replaced and {r["run"] for r in replaced} <= {2, 3}  # the 1e30 members
@@ -347,4 +347,4 @@ def test_a_member_gone_non_finite_is_replaced_from_the_top_unless_all_are():
   assert bool(all_finite(runtime.per_run(state.agent.nets)))
   config.sweep.optimizer = dict(learning_rate="1e30,1e35")
   with pytest.raises(NonFiniteError, match=r"Runs 0, 1, 2, 3: Non-finite"):
-    builder.build(config).runtime.run(NonFiniteWatch(MetricsLogger(stream=None)))
+    builder.build(config).runtime.train(NonFiniteWatch(MetricsLogger(stream=None)))

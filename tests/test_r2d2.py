@@ -14,7 +14,7 @@ from agents.ppo.config import cartpole_anakin
 from agents.r2d2 import config as r2d2_config
 from podracer import builder
 from podracer.errors import ConfigError
-from podracer.off_policy import annealed_epsilon, apex_epsilons, sequence_priorities
+from podracer.kits.q_learning import annealed_epsilon, apex_epsilons, sequence_priorities
 from podracer.types import StepType, TimeStep
 from tests.learning import assert_reached_and_held, best_by_run, last_fifth_means, launch_runs
 from tests.reverb_support import requires_reverb
@@ -193,7 +193,7 @@ def test_anakin_says_while_the_device_replay_warms_up_and_when_it_never_would():
   config.replay.min_size = 7_900  # 8 steps a sequence: about 1,000 in 8,192 env steps
   config.total_env_steps = 8_192
   out = io.StringIO()
-  summary = builder.build(config).run(stream=out)
+  summary = builder.build(config).train(stream=out)
   records = summary["records"]
   assert records and all(r["learning_started"] is False and r["learning"] == 0
                          and r["replay_min_size"] == 7_900 for r in records)
@@ -206,7 +206,7 @@ def test_anakin_says_while_the_device_replay_warms_up_and_when_it_never_would():
   config.replay.min_size = 1_000
   config.total_env_steps = 16_384
   out = io.StringIO()
-  records = builder.build(config).run(stream=out)["records"]
+  records = builder.build(config).train(stream=out)["records"]
   assert records[0]["learning_started"] is False
   assert all("learning_started" not in r for r in records[1:]) and records[-1]["learning"] > 0
   assert "will not be reached" not in out.getvalue()
@@ -303,7 +303,7 @@ def test_r2d2_without_reverb_installed_says_which_lane_has_it(monkeypatch):
     pass
   experiment = builder.build(one_device(r2d2_config.cartpole_sebulba()))
   with pytest.raises(ConfigError, match="reverb.*replay.name=device"):
-    experiment.runtime.run(None)
+    experiment.runtime.train(None)
 
 
 @pytest.mark.reverb_lane
@@ -347,7 +347,7 @@ def test_r2d2_anakin_on_8_devices_averages_gradients_over_sharded_replays():
   experiment = builder.build(config)
   from podracer.logs.metrics import MetricsLogger
   logger = MetricsLogger(stream=None)
-  state = experiment.runtime.run(logger)
+  state = experiment.runtime.train(logger)
   records = logger.records
   assert len(records) == 4 and records[-1]["env_steps"] == config.total_env_steps
   assert records[-1]["learning"] == 1.0 and np.isfinite(records[-1]["loss"])

@@ -152,7 +152,7 @@ def test_runs_with_other_learning_rates_stay_apart_and_replicas_agree_within_a_r
 def test_each_run_has_its_records_curve_and_tensorboard_directory(tmp_path):
   c = small_config(num_runs=2, sweep={"optimizer.learning_rate": [2.5e-4, 1e-3]}, calls=4)
   out = io.StringIO()
-  result = builder.build(c).run(workdir=str(tmp_path), stream=out, print_interval=0.0)
+  result = builder.build(c).train(workdir=str(tmp_path), stream=out, print_interval=0.0)
   lines = [json.loads(l) for l in (tmp_path / metrics.METRICS_FILE).read_text().splitlines()]
   assert len(lines) == 4 * 4
   assert [r["run"] for r in lines[:4]] == [0, 1, 2, 3]

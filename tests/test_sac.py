@@ -192,7 +192,7 @@ def test_sac_anakin_on_8_devices_keeps_replicas_equal_with_their_own_replays():
   config.replay.update(dict(min_size=16, max_size=1_000))
   config.total_env_steps = 2 * 8 * 8 * 10  # two calls of 10 updates of 8 x 8 env steps
   logger = MetricsLogger(stream=None)
-  state = builder.build(config).runtime.run(logger)
+  state = builder.build(config).runtime.train(logger)
   assert len(logger.records) == 2 and logger.records[-1]["learning"] == 1.0
   assert np.isfinite(logger.records[-1]["critic_loss"])
   replay = state.agent.experience

@@ -24,8 +24,8 @@ from podracer import builder, registry, testing
 from podracer.errors import ConfigError, ThreadFailure
 from podracer.logs.metrics import MetricsLogger
 from podracer.runtimes.sebulba import ParamsStore
-from podracer.runtimes.sebulba.params import PolicyLagBound
-from podracer.runtimes.sebulba.actor import stack_and_split as _stack_and_split
+from podracer.runtimes.host.params import PolicyLagBound
+from podracer.runtimes.host.batches import stack_and_split as _stack_and_split
 from podracer.types import StepType, Trajectory
 from tests.learning import best_by_run, launch_runs
 from tests.test_launch import launch as launch_and_wait
@@ -51,7 +51,7 @@ def run_in_process(config):
   """Runs `config`; returns (records, learner state [nets, opt, experience], runtime)."""
   experiment = builder.build(config)
   logger = MetricsLogger(stream=None, stop_at_return=config.get("stop_at_return"))
-  state = experiment.runtime.run(logger)
+  state = experiment.runtime.train(logger)
   return logger.records, state, experiment.runtime
 
 
@@ -357,7 +357,7 @@ def test_environment_crash_stops_every_thread_with_its_traceback():
   experiment = builder.build(config)
   start = time.monotonic()
   with pytest.raises(ThreadFailure) as failure:
-    experiment.runtime.run(MetricsLogger(stream=None))
+    experiment.runtime.train(MetricsLogger(stream=None))
   assert time.monotonic() - start < 30.0  # compilation included
   assert "FakeHostEnvironment failed at step 200 (fail_at)" in str(failure.value)
   assert "actor-0-0 failed" in str(failure.value) and "Traceback" in str(failure.value)

@@ -21,10 +21,11 @@ from agents.impala import config as impala_config
 from agents.ppo import config as ppo_config
 from agents.r2d2 import config as r2d2_config
 from podracer import __version__, builder, testing, trajectories, worker
+from podracer.config import presets
 from podracer.distributed import transport
 from podracer.errors import ConfigError
 from podracer.logs.metrics import MetricsLogger
-from podracer.runtimes.sebulba.params import ParamsStore, first_replica
+from podracer.runtimes.host.params import ParamsStore, first_replica
 from podracer.runtimes.seed.server import InferenceServer, Seats
 from podracer.types import StepType, Trajectory
 from tests.test_launch import launch
@@ -234,7 +235,7 @@ def expected_trajectories(server, conn, layout, overlap):
 
 def _serve(server):
   stop = threading.Event()
-  thread = threading.Thread(target=server.run, args=(0, stop), daemon=True)
+  thread = threading.Thread(target=server.loop, args=(0, stop), daemon=True)
   thread.start()
   return stop, thread
 
@@ -396,7 +397,7 @@ def test_a_taken_port_and_a_jax_environment_exit_2_with_one_paragraph(tmp_path):
 def run_in_process(config, workdir=None):
   experiment = builder.build(one_device(config))
   logger = MetricsLogger(workdir, stream=None, stop_at_return=config.get("stop_at_return"))
-  experiment.runtime.run(logger)
+  experiment.runtime.train(logger)
   return logger.records
 
 
@@ -465,7 +466,7 @@ def test_r2d2_seed_inserts_the_workers_sequences_into_the_lanes_replay_and_learn
   replay. (The learner samples while the workers step, so no two runs are the same:
   the learning figure is `benchmarks/draws.py`'s, docs/seed.md.)"""
   config = r2d2_config.cartpole_seed()
-  config.replay.name = r2d2_config.lane_replay()
+  config.replay.name = presets.lane_replay()
   config.total_env_steps = 30_000
   records = run_in_process(config)
   learned = [r for r in records if r.get("learning", 0) > 0]

@@ -337,7 +337,7 @@ def test_a_nan_worker_and_a_fuzzer_beside_two_workers_do_not_stop_ppo(capsys):
     peers["rss_end"] = _rss_mb()
   attacker = threading.Thread(target=attack, daemon=True)
   attacker.start()
-  runtime.run(logger)
+  runtime.train(logger)
   peers["fuzzer"].stop.set()
   attacker.join(30)
   said = capsys.readouterr().err
@@ -384,7 +384,7 @@ def test_a_sebulba_run_stops_naming_the_environment_that_stepped_nan():
   # Every actor's environments step NaN at step 30: whichever actor thread gets there first.
   with pytest.raises(EnvironmentStepError, match=r"actor \d's environments 0-\d+ \(group 0\) "
                      r"stepped a non-finite reward \(nan\) from environment 3 of the group"):
-    experiment.runtime.run(MetricsLogger(stream=None))
+    experiment.runtime.train(MetricsLogger(stream=None))
   assert time.monotonic() - start < 30.0  # compilation included
 
 

@@ -199,7 +199,7 @@ def test_record_host_plays_envpool_atari_on_its_screen():
   experiment = builder.build(c)
   runtime = experiment.runtime
   nets = runtime.final_nets(runtime._start_learner())  # pylint: disable=protected-access
-  env = video.watchable_env(runtime, "sebulba", "test")
+  env = video.watchable_env(runtime, "test")
   frames = video.record_host(experiment.agent, env, nets, jax.random.PRNGKey(0), 1,
                              max_steps=24)
   env.close()

@@ -80,7 +80,9 @@ def test_metrics_jsonl_is_strict_json_with_null_for_non_finite(tmp_path):
 
 def test_a_run_that_fails_before_its_first_record_says_so(tmp_path, monkeypatch, capsys):
   class FailingExperiment:
-    def run(self, workdir, stream):
+    logger = checkpointer = None
+
+    def train(self, workdir, stream):
       self.logger = MetricsLogger(workdir, stream=stream)
       try:
         raise ThreadFailure("actor-0-0 failed: boom")
@@ -89,7 +91,7 @@ def test_a_run_that_fails_before_its_first_record_says_so(tmp_path, monkeypatch,
 
   monkeypatch.setattr(builder, "build", lambda config: FailingExperiment())
   with pytest.raises(ThreadFailure):
-    launcher.run(ppo_config.cartpole_anakin(), str(tmp_path), stream=io.StringIO())
+    launcher.launch(ppo_config.cartpole_anakin(), str(tmp_path), stream=io.StringIO())
   assert "recorded no metrics before it failed" in capsys.readouterr().err
   assert (tmp_path / "metrics.jsonl").read_text() == ""
   assert not (tmp_path / "learning_curve.png").exists()  # No blank plot.
@@ -99,12 +101,14 @@ def test_a_stop_before_the_first_step_is_a_stop_not_a_crash(tmp_path, monkeypatc
   """A rank that a launcher stops while it still starts (one of its peers found a config
   error first) has no logger yet: the stop propagates as the stop it is, exit 143."""
   class StoppedWhileStarting:
-    def run(self, workdir, stream):
+    logger = checkpointer = None
+
+    def train(self, workdir, stream):
       raise preemption.Terminated()  # Before any logger, as a SIGTERM in an import.
 
   monkeypatch.setattr(builder, "build", lambda config: StoppedWhileStarting())
   with pytest.raises(preemption.Terminated):
-    launcher.run(ppo_config.cartpole_anakin(), str(tmp_path), stream=io.StringIO())
+    launcher.launch(ppo_config.cartpole_anakin(), str(tmp_path), stream=io.StringIO())
   assert not (tmp_path / "learning_curve.png").exists()
 
 

@@ -5,7 +5,7 @@ prioritized replay (`replay.priority_exponent`; 0 is uniform).
 Written once for one replica, like every agent here, and built from registered parts:
 the `q_network` network, the `q_learning` loss (its `n_step`, `double` and `huber_delta`
 keys), any replay (`device`, `host`, `reverb`), and the acting and learning steps it
-shares with R2D2 (podracer/off_policy.py). Each trajectory repeats the loss's `n_step`
+shares with R2D2 (podracer/kits/q_learning.py). Each trajectory repeats the loss's `n_step`
 entries of the previous one (`trajectory_overlap`), so one environment's [T + n] stretch
 of it is one replay item: T transitions, each completed by the n steps after it (the
 n-step view of a trajectory, made by the loss). A sample of B items is B * T transitions.
@@ -24,8 +24,9 @@ from podracer import registry
 from podracer.agent import legal
 from podracer.components.losses import QLearningLoss
 from podracer.learning import Objective
-from podracer.off_policy import (QActorState, QLearningAgent, epsilon_greedy, eval_exploration,
-                                 init_exploration)
+from podracer.kits.q_learning import (QActorState, QLearningAgent, epsilon_greedy,
+                                      eval_exploration, huber_target_warning,
+                                      init_exploration, warn_once)
 from podracer.registry.ranges import NonNegative, Probability
 from podracer.types import ActorOutput, EnvSpec, TimeStep, action_mask
 
@@ -58,6 +59,7 @@ class DQN(QLearningAgent):
     self.epsilon_anneal_steps = epsilon_anneal_steps
     self.eval_epsilon = eval_epsilon
     self.trajectory_overlap = loss.n_step  # each item's n steps completing its targets
+    warn_once(huber_target_warning(loss.huber_delta, target_update_period))
 
   def init_actor(self, key, num_envs):
     del key

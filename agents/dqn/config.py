@@ -10,7 +10,6 @@ dueling head, `--config.replay.priority_exponent=0` uniform replay, and
 
 from ml_collections import config_dict
 
-from agents.r2d2.config import lane_replay
 from podracer.config import presets
 
 
@@ -106,7 +105,7 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   c.network.hidden_sizes = (120, 84)
   c.network.w_init = "lecun_normal"
   c.optimizer.update(dict(learning_rate=2.5e-4, eps=1e-8))
-  c.replay = presets.replay(lane_replay(), batch_size=32, max_size=2_500, min_size=64,
+  c.replay = presets.replay(presets.lane_replay(), batch_size=32, max_size=2_500, min_size=64,
                             samples_per_insert=12.8)
   c.replay.priority_exponent = 0.0
   c = presets.sebulba(c, presets.envpool("CartPole-v1"), num_envs_per_actor=10,
@@ -137,7 +136,7 @@ def atari_sebulba() -> config_dict.ConfigDict:
                                 max_grad_norm=10.0, anneal=False)
   # Each insert is one item (4 env steps); 8 items sampled per insert: 8 transitions
   # learned per env step.
-  c.replay = presets.replay(lane_replay(), batch_size=8, max_size=250_000,
+  c.replay = presets.replay(presets.lane_replay(), batch_size=8, max_size=250_000,
                             min_size=12_500, samples_per_insert=8.0)
   c.replay.priority_exponent = 0.0
   return presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=4)

@@ -7,27 +7,25 @@ using the behaviour log-probabilities stored at acting time.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Tuple
+from typing import Annotated, Any
 
 import haiku as hk
 import jax
-import jax.numpy as jnp
 import optax
 
 from podracer import registry
-from podracer.agent import Agent, greedy, legal
-from podracer.components.losses import categorical_log_prob, vtrace_batch
-from podracer.contracts import actor_critic_outputs
+from podracer.agent import legal
+from podracer.components.losses import vtrace_batch
+from podracer.kits import ActorCriticAgent
 from podracer.learning import Objective, gradient_step
 from podracer.registry.ranges import Probability
-from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
+from podracer.types import EnvSpec, Trajectory
 
 
 @registry.agents.register("impala")
-class IMPALA(Agent):
-  """One gradient step of a V-trace loss on each [T+1, B] trajectory."""
-
-  action_masks = True  # `legal` logits: illegal actions are never sampled.
+class IMPALA(ActorCriticAgent):
+  """One gradient step of a V-trace loss on each [T+1, B] trajectory. Acting,
+  evaluation and observing are the actor-critic kit's (podracer/kits/actor_critic.py)."""
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
                optimizer: optax.GradientTransformation,
@@ -40,25 +38,6 @@ class IMPALA(Agent):
   def policy_lag_corrected(self):  # Any: V-trace corrects for the policy that acted.
     return None
 
-  def expected_outputs(self, batch_size):
-    return actor_critic_outputs(self.spec, batch_size)
-
-  def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
-    logits = legal(self.network.apply(nets, timestep.observation).logits,
-                   timestep.observation)
-    action = jax.random.categorical(key, logits).astype(jnp.int32)
-    extras = dict(log_prob=categorical_log_prob(logits, action))
-    return ActorOutput(action, extras), actor_state
-
-  def eval_act(self, nets, actor_state, timestep: TimeStep, key):
-    del key  # Greedy.
-    logits = self.network.apply(nets, timestep.observation).logits
-    return greedy(legal(logits, timestep.observation)), actor_state
-
-  def observe(self, experience, trajectory: Trajectory) -> Trajectory:
-    del experience  # On-policy up to the actors' lag: learn from the newest trajectory.
-    return trajectory
-
   def meta_values(self):
     return {"discount": self.discount, "lambda": self.loss.lambda_}
 
@@ -68,10 +47,11 @@ class IMPALA(Agent):
                                     discount=values["discount"]), values["lambda"]
 
   def update(self, nets, opt, experience: Trajectory, key):
-    values, opt, meta = self.adapted(nets, opt, experience)
+    trajectory, opt, shaped = self.shape_trajectory(nets, opt, experience)
+    values, opt, meta = self.adapted(nets, opt, trajectory)
     nets, opt, metrics = gradient_step(self.objectives, nets, opt,
-                                       self.learning_batch(experience, values), key)
-    return nets, opt, experience, {**metrics, **meta}
+                                       self.learning_batch(trajectory, values), key)
+    return nets, opt, experience, {**metrics, **meta, **shaped}
 
   def _loss(self, nets, learning_batch, key):
     del key

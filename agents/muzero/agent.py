@@ -37,7 +37,7 @@ import rlax
 from podracer import registry
 from podracer.agent import Agent
 from podracer.components.networks import MuZeroNetwork
-from podracer.components.replay import importance_weights
+from podracer.experience import importance_weights
 from podracer.learning import (Objective, TargetState, gradient_step, update_target,
                                with_target)
 from podracer.registry.ranges import NonNegative, Positive, Probability

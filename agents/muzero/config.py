@@ -10,7 +10,6 @@ actor trajectory is observed once and then learned from `runtime.updates_per_bat
 
 from ml_collections import config_dict
 
-from agents.r2d2.config import lane_replay
 from podracer.config import presets
 
 
@@ -170,12 +169,12 @@ def atari_sebulba() -> config_dict.ConfigDict:
   10-step targets bootstrapped from the stored search values; discount 0.997; no reward
   clipping; batch 256 (the paper: 1024); priorities with exponent 1 and importance
   sampling 1; a replay of 1M steps in sequences of 40 new steps (25,000 items) from
-  `lane_replay()` (`host` here, Reverb in its lane) sampled 0.5 items per inserted item."""
+  `presets.lane_replay()` (`host` here, Reverb in its lane) sampled 0.5 items per inserted item."""
   c = _base(total_env_steps=200_000_000, support=300.0, num_bins=601)
   c.agent.update(dict(discount=0.997, num_simulations=16, td_steps=10, num_unroll_steps=5,
                       max_num_considered_actions=16))
   _atari_network(c)
-  c.replay = presets.replay(lane_replay(), batch_size=256, max_size=1_000_000 // 40,
+  c.replay = presets.replay(presets.lane_replay(), batch_size=256, max_size=1_000_000 // 40,
                             min_size=1_000, samples_per_insert=0.5)
   c.replay.priority_exponent = 1.0
   return presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=40,

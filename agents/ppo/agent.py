@@ -6,28 +6,26 @@ a component (`config.loss.name`): new clipped objectives plug in without touchin
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Tuple
+from typing import Annotated, Any
 
 import haiku as hk
-import jax
-import jax.numpy as jnp
 import optax
 
 from podracer import registry
-from podracer.agent import Agent, greedy, legal
-from podracer.components.losses import (PolicyGradientBatch, categorical_log_prob,
-                                        policy_gradient_batch)
-from podracer.contracts import actor_critic_outputs
+from podracer.agent import legal
+from podracer.components.losses import PolicyGradientBatch, policy_gradient_batch
+from podracer.kits import ActorCriticAgent
 from podracer.learning import Objective, minibatch_epochs
 from podracer.registry.ranges import Probability
-from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
+from podracer.types import EnvSpec, Trajectory
 
 
 @registry.agents.register("ppo")
-class PPO(Agent):
-  """PPO with GAE, several epochs of minibatch updates per trajectory batch."""
+class PPO(ActorCriticAgent):
+  """PPO with GAE, several epochs of minibatch updates per trajectory batch. Acting,
+  evaluation and observing are the actor-critic kit's (podracer/kits/actor_critic.py)."""
 
-  action_masks = True  # `legal` logits: illegal actions are never sampled.
+  keeps_value = True  # GAE bootstraps from the values the actors saw.
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
                optimizer: optax.GradientTransformation,
@@ -50,25 +48,6 @@ class PPO(Agent):
                                 **unused: Any) -> int:
     return num_epochs * num_minibatches
 
-  def expected_outputs(self, batch_size):
-    return actor_critic_outputs(self.spec, batch_size)
-
-  def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
-    out = self.network.apply(nets, timestep.observation)
-    logits = legal(out.logits, timestep.observation)
-    action = jax.random.categorical(key, logits).astype(jnp.int32)
-    extras = dict(log_prob=categorical_log_prob(logits, action), value=out.value)
-    return ActorOutput(action, extras), actor_state
-
-  def eval_act(self, nets, actor_state, timestep: TimeStep, key):
-    del key  # Greedy.
-    logits = self.network.apply(nets, timestep.observation).logits
-    return greedy(legal(logits, timestep.observation)), actor_state
-
-  def observe(self, experience, trajectory: Trajectory) -> Trajectory:
-    del experience  # On-policy: learn from the newest trajectory only.
-    return trajectory
-
   def meta_values(self):
     return {"discount": self.discount, "lambda": self.gae_lambda}
 
@@ -76,11 +55,12 @@ class PPO(Agent):
     return policy_gradient_batch(trajectory, values["discount"], values["lambda"])
 
   def update(self, nets, opt, experience: Trajectory, key):
-    values, opt, meta = self.adapted(nets, opt, experience)
+    trajectory, opt, shaped = self.shape_trajectory(nets, opt, experience)
+    values, opt, meta = self.adapted(nets, opt, trajectory)
     nets, opt, metrics = minibatch_epochs(
-        self.objectives, nets, opt, self.learning_batch(experience, values), key,
+        self.objectives, nets, opt, self.learning_batch(trajectory, values), key,
         num_epochs=self.num_epochs, num_minibatches=self.num_minibatches)
-    return nets, opt, experience, {**metrics, **meta}
+    return nets, opt, experience, {**metrics, **meta, **shaped}
 
   def _loss(self, nets, minibatch: PolicyGradientBatch, key):
     del key

@@ -6,15 +6,13 @@ sets of environments, not of steps. The loss, GAE and optimizer are PPO's (agent
 
 from __future__ import annotations
 
-from typing import Tuple
-
 import jax
 import jax.numpy as jnp
 
 from podracer import registry
-from podracer.agent import greedy, legal
-from podracer.components.losses import categorical_log_prob, policy_gradient_batch
-from podracer.types import ActorOutput, PyTree, StepType, TimeStep, Trajectory
+from podracer.agent import legal
+from podracer.components.losses import policy_gradient_batch
+from podracer.types import StepType, TimeStep, Trajectory
 
 from agents.ppo.agent import PPO
 
@@ -42,21 +40,12 @@ class RecurrentPPO(PPO):
     return self.network.step(nets, observation, self.network.initial_state(batch),
                              jnp.zeros((batch,), bool))[0]
 
-  def _policy(self, nets, actor_state, timestep: TimeStep) -> Tuple[PyTree, PyTree]:
+  def policy(self, nets, actor_state, timestep: TimeStep):
+    """One step of the LSTM (its state restarting at episode starts): the kit's `act`
+    and `eval_act` (podracer/kits/actor_critic.py) sample and take the greedy action."""
     out, state = self.network.step(nets, timestep.observation, actor_state,
                                    timestep.step_type == StepType.FIRST)
-    return out._replace(logits=legal(out.logits, timestep.observation)), state
-
-  def act(self, nets, actor_state, timestep: TimeStep, key):
-    out, state = self._policy(nets, actor_state, timestep)
-    action = jax.random.categorical(key, out.logits).astype(jnp.int32)
-    extras = dict(log_prob=categorical_log_prob(out.logits, action), value=out.value)
-    return ActorOutput(action, extras), state
-
-  def eval_act(self, nets, actor_state, timestep: TimeStep, key):
-    del key  # Greedy.
-    out, state = self._policy(nets, actor_state, timestep)
-    return greedy(out.logits), state
+    return legal(out.logits, timestep.observation), out.value, state
 
   def learning_batch(self, trajectory: Trajectory, values):
     return sequences(trajectory, values["discount"], values["lambda"])

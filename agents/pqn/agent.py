@@ -28,7 +28,7 @@ from podracer import registry
 from podracer.agent import Agent, dummy_observation, legal
 from podracer.components.losses import QLambdaLoss
 from podracer.learning import Objective, minibatch_epochs
-from podracer.off_policy import epsilon_greedy_actions
+from podracer.kits.q_learning import epsilon_greedy_actions
 from podracer.registry.ranges import Fraction, NonNegative, Positive, Probability
 from podracer.types import ActorOutput, EnvSpec, TimeStep, Trajectory, action_mask
 

@@ -25,8 +25,8 @@ from podracer.agent import legal
 from podracer.components.losses import QLearningLoss
 from podracer.components.networks import RecurrentQNetwork
 from podracer.learning import Objective
-from podracer.off_policy import (QActorState, QLearningAgent, epsilon_greedy, eval_exploration,
-                                 init_exploration)
+from podracer.kits.q_learning import (QActorState, QLearningAgent, epsilon_greedy,
+                                      eval_exploration, init_exploration)
 from podracer.registry.ranges import NonNegative, Probability
 from podracer.types import (ActorOutput, EnvSpec, StepType, TimeStep, Trajectory,
                             action_mask)

@@ -7,9 +7,6 @@ and override any key with `--config.KEY=VALUE`. The replay is one key:
 host memory (each environment's timeline once), or in Reverb (its own install lane).
 """
 
-import importlib.util
-import os
-
 from ml_collections import config_dict
 
 from podracer.config import presets
@@ -26,18 +23,6 @@ def _base(total_env_steps: int) -> config_dict.ConfigDict:
   c.optimizer = presets.section("adam", learning_rate=1e-3, eps=1e-3, max_grad_norm=40.0,
                                 anneal=False)
   return c
-
-
-def lane_replay() -> str:
-  """`reverb` in the Reverb install lane, else `host` (the default lane has no Reverb).
-
-  The lane is $PODRACER_LANE where set, else whether Reverb is installed (found, not
-  imported: importing it loads TensorFlow).
-  """
-  lane = os.environ.get("PODRACER_LANE", "").strip()
-  if not lane:
-    lane = "reverb" if importlib.util.find_spec("reverb") is not None else "default"
-  return "reverb" if lane == "reverb" else "host"
 
 
 def catch_anakin() -> config_dict.ConfigDict:
@@ -122,7 +107,7 @@ def atari_sebulba() -> config_dict.ConfigDict:
   c.optimizer = presets.section("adam", learning_rate=1e-4, eps=1e-3, max_grad_norm=40.0,
                                 anneal=False)
   # 4M observations in sequences that advance 40 steps each.
-  c.replay = presets.replay(lane_replay(), batch_size=64, max_size=4_000_000 // 40,
+  c.replay = presets.replay(presets.lane_replay(), batch_size=64, max_size=4_000_000 // 40,
                             min_size=6_250, samples_per_insert=0.5)
   return presets.atari_sebulba(c, "Pong-v5", num_envs_per_actor=32, rollout_length=40,
                                episodic_life=False, reward_clip=False)

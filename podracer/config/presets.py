@@ -13,6 +13,8 @@ arguments appear here as typed placeholders (None until set).
   getter(what, configs, default)       a config file's `get_config(name)`
 """
 
+import importlib.util
+import os
 from typing import Callable, Dict, Optional
 
 from ml_collections import config_dict
@@ -182,6 +184,18 @@ def impala_resnet() -> config_dict.ConfigDict:
   a value layer, on EnvPool's channels-first frame stacks."""
   return section("atari_actor_critic", torso="impala", channels_first=True,
                  channels=(16, 32, 32), hidden_size=256)
+
+
+def lane_replay() -> str:
+  """`reverb` in the Reverb install lane, else `host` (the default lane has no Reverb).
+
+  The lane is $PODRACER_LANE where set, else whether Reverb is installed (found, not
+  imported: importing it loads TensorFlow).
+  """
+  lane = os.environ.get("PODRACER_LANE", "").strip()
+  if not lane:
+    lane = "reverb" if importlib.util.find_spec("reverb") is not None else "default"
+  return "reverb" if lane == "reverb" else "host"
 
 
 def replay(name: str, batch_size: int, max_size: int, min_size: int,

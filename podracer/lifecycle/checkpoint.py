@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -52,8 +51,8 @@ TMP_MARK = ".orbax-checkpoint-tmp"  # in the names of orbax's checkpoints being 
 def for_run(config: Any, runtime: Any, workdir: Optional[str],
             stream=sys.stderr) -> Optional["Checkpointer"]:
   """A checkpointer for a run in `workdir`, or None: no workdir, a runtime that cannot
-  resume (its `run` takes no `checkpointer`), or orbax-checkpoint missing (said once)."""
-  if not workdir or "checkpointer" not in inspect.signature(runtime.run).parameters:
+  resume (its `checkpoints()` is False), or orbax-checkpoint missing (said once)."""
+  if not workdir or not runtime.checkpoints():
     return None
   several = distributed.process_count() > 1
   try:

@@ -20,7 +20,6 @@ the env step, so an evaluation is repeatable.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import threading
 from typing import Any, Callable, Dict, Optional
 
@@ -51,9 +50,9 @@ class Evaluation:
 
 def for_run(config: Any, runtime: Any) -> Optional[Evaluation]:
   """The run's Evaluation, or None: `eval_interval` 0 or missing, or a runtime whose
-  `run` takes no `evaluation`."""
+  `evaluates()` is False."""
   interval = config.get("eval_interval", 0)
-  if not interval or "evaluation" not in inspect.signature(runtime.run).parameters:
+  if not interval or not runtime.evaluates():
     return None
   return Evaluation(int(interval), int(config.get("eval_episodes", 10)), int(config.seed))
 

@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.errors import ConfigError, MissingPackage
+from podracer.errors import ConfigError, MissingPackage, require
+from podracer.runtime import NotSupported
 from podracer.types import StepType
 
 FPS = 10
@@ -51,38 +52,30 @@ def check_renders(env: Any, what: str) -> None:
                         f"{listed}") from e
 
 
-def watchable_env(runtime: Any, runtime_name: str, what: str, seed: int = 0) -> Any:
-  """What a run is watched in, if it can be (imageio installed): an Anakin run's JAX
-  environment that renders, or, for Sebulba and SEED, one host environment of theirs
-  made to render (the caller closes it); else a ConfigError saying why not."""
-  env = getattr(getattr(runtime, "env", None), "env", None)
-  if hasattr(runtime, "saved_state") and getattr(env, "kind", None) == "jax":
-    check_renders(env, what)
-    return env
-  factory = getattr(runtime, "env_factory", None)
-  if factory is None or not hasattr(runtime, "saved_nets"):
-    raise ConfigError(f"{what}: runtime '{runtime_name}' has no environment to watch.")
-  return host_video_env(factory, what, seed)
-
-
-def host_video_env(factory: Any, what: str, seed: int = 0) -> Any:
-  """One host environment from `factory`, made to render, or a ConfigError."""
+def watchable_env(runtime: Any, what: str, seed: int = 0) -> Any:
+  """What a run is watched in, if it can be (imageio installed): the runtime's
+  `environment_to_watch` (a JAX environment, or one host environment made to render,
+  which the caller closes) once it is known to render; else a ConfigError saying why
+  not, naming `what` asked."""
   try:
-    env = factory(num_envs=1, seed=seed, render_mode="rgb_array")
+    env = runtime.environment_to_watch(seed)
+  except NotSupported as e:
+    raise ConfigError(f"{what}: {e}") from None
   except (TypeError, ValueError, ConfigError) as e:  # It takes no render_mode.
     raise ConfigError(f"{what}: this host environment cannot be made to render ({e}). "
                       f"Host environments that render: envpool (Atari, classic control).") from e
   try:
     check_renders(env, what)
   except ConfigError:
-    env.close()
+    if getattr(env, "kind", None) != "jax":
+      env.close()
     raise
   return env
 
 
 def record_host(agent: Any, env: Any, nets: Any, key: jax.Array, episodes: int,
                 max_steps: int = 30_000) -> np.ndarray:
-  """As `record`, on a host environment of one (`host_video_env`), step by step: frame t
+  """As `record`, on a host environment of one (`watchable_env`), step by step: frame t
   is the screen step t acts on; the frame after the last episode's LAST shows its end."""
   act = jax.jit(agent.eval_act)
   timestep, _ = env.reset()
@@ -149,12 +142,8 @@ def _play(agent, env, nets, key, max_steps):
 
 def require_imageio() -> Any:
   """imageio.v3, or a MissingPackage naming the extra that installs it."""
-  try:
-    import imageio.v3 as iio  # pylint: disable=import-outside-toplevel
-  except ImportError as e:
-    raise MissingPackage("Videos need imageio: pip install -e \".[video]\" (the default "
-                         f"lane has it; the reverb lane does not) ({e}).") from e
-  return iio
+  return require("imageio.v3", "Videos", "pip install -e \".[video]\" (the default lane "
+                 "has it; the reverb lane does not)")
 
 
 def encode(frames: np.ndarray, fmt: str, fps: int = FPS) -> bytes:

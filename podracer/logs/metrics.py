@@ -1,6 +1,7 @@
-"""Where a run's numbers go: a progress line, its loggers (`log.loggers`: metrics.jsonl
-and TensorBoard event files by default, podracer/logs/) and a learning-curve plot; and
-the host-side meters runtimes fill records with (replay rates, device counters)."""
+"""Where a run's numbers go (`MetricsLogger`): a progress line, its loggers
+(`log.loggers`: metrics.jsonl and TensorBoard event files by default, podracer/logs/)
+and, at the end, the learning-curve plot (plots.py). The meters runtimes fill records
+with are meters.py's, importable from here as before."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
-import numpy as np
 
 from podracer.errors import DiskError
 from podracer.logs import base, disk, runs as runs_lib
 from podracer.logs.default import DEFAULT_LOGGERS, PROGRESS_METRICS, default_loggers
+# The meters and the plot, importable from here as before 0.17.0 (docs/api.md).
+from podracer.logs.meters import (  # noqa: F401
+    RateMeter, Window, device_counts, episode_record, episode_sums, learner_record,
+    tail_mean, warming_up, windowed_returns)
+from podracer.logs.plots import plot_learning_curve  # noqa: F401
 
 METRICS_FILE = base.METRICS_FILE
 PLOT_FILE = "learning_curve.png"
@@ -69,7 +74,8 @@ class MetricsLogger:
     self._start = time.perf_counter()
     self._last_print = -math.inf
     # Names a config chose that the first learner record lacks are said once.
-    self._progress_checked = tuple(progress_metrics) == PROGRESS_METRICS
+    self._default_progress = tuple(progress_metrics) == PROGRESS_METRICS
+    self._progress_checked = False
     self._warm_up_unchecked = True  # whether the replay can reach min_size: said once
     self._loggers: Dict[str, base.Logger] = {}
     self.disk_failed = False  # A write failed because of the disk (see `_write_files`).
@@ -129,19 +135,38 @@ class MetricsLogger:
             and record["env_steps"] >= self.total_env_steps)
     if self._warm_up_unchecked and record.get("learning_started") is False:
       self._check_warm_up(record)
-    if not self._progress_checked and "loss" in record:
+    if not self._progress_checked and (record.get("updates") or any(
+        k.endswith("loss") for k in record)):
       self._progress_checked = True
-      # Evaluation's fields come only with the records of an evaluation.
-      missing = [k for k in self.progress_metrics
-                 if k not in record and not k.startswith("eval_")]
-      if missing and self.stream:
-        self.stream.write(
-            f"Warning: log.progress_metrics names {', '.join(map(repr, missing))}, which "
-            f"the records do not have; they have: {', '.join(sorted(record))}.\n")
+      self._check_progress_metrics(record)
     if self.stream and (now - self._last_print >= self.print_interval or done):
       self._last_print = now
       self.stream.write(self.format(record) + "\n")
       self.stream.flush()
+
+  def _check_progress_metrics(self, record: Dict[str, Any]) -> None:
+    """At the first record of learner metrics: when the records have none of
+    `progress_metrics` (an agent of several objectives prefixes its metrics:
+    `critic_loss`), says so once and shows the losses the agent logs instead; when they
+    lack some that a config named, says which."""
+    # Evaluation's fields come only with the records of an evaluation.
+    missing = [k for k in self.progress_metrics
+               if k not in record and not k.startswith("eval_")]
+    if not missing or not self.stream:
+      return
+    if not any(k in record for k in self.progress_metrics):
+      self.progress_metrics = tuple(sorted(k for k in record if k.endswith("loss"))[:4])
+      shown = (f"the progress line shows {', '.join(self.progress_metrics)} instead"
+               if self.progress_metrics else "the progress line shows no learner metric")
+      self.stream.write(
+          f"Warning: the records have none of log.progress_metrics "
+          f"({', '.join(missing)}): {shown}; choose with "
+          "--config.log.progress_metrics=\"('name', ...)\" from: "
+          f"{', '.join(sorted(record))}.\n")
+    elif not self._default_progress:
+      self.stream.write(
+          f"Warning: log.progress_metrics names {', '.join(map(repr, missing))}, which "
+          f"the records do not have; they have: {', '.join(sorted(record))}.\n")
 
   def _check_warm_up(self, record: Dict[str, Any]) -> None:
     """Says, at the first warm-up record, when the replay fills too slowly to reach its
@@ -257,242 +282,6 @@ class MetricsLogger:
     except DiskError:
       self.disk_failed = True
       raise
-
-
-def episode_sums(stats: Any, xp: Any = np) -> Any:
-  """[count, return sum, length sum] of the episodes that ended at `stats.done` steps.
-
-  `stats` is an EpisodeStats of any shape; `xp` is numpy on the host or jax.numpy in a
-  compiled program (Anakin sums in the graph, Sebulba's actors on the host).
-  """
-  done = stats.done
-  # Products, not `where`: the same sums, and cheaper on the host, where actors call this.
-  return xp.stack([xp.sum(done), xp.sum(stats.episode_return * done),
-                   xp.sum(stats.episode_length * done)]).astype(xp.float32)
-
-
-def episode_record(sums: Any) -> Dict[str, float]:
-  """The record keys of `episode_sums` (summed further): mean return and length, count."""
-  count, return_sum, length_sum = (float(x) for x in sums)
-  if not count:
-    return {}
-  return dict(episode_return=return_sum / count, episode_length=length_sum / count,
-              episodes=count)
-
-
-def windowed_returns(records: List[Dict[str, Any]], window: int) -> List[Tuple[int, float]]:
-  """(env steps, mean return of the episodes that ended in the last `window` env steps) at
-  each record with episodes. Runs whose records cover different numbers of env steps (4x
-  the environments per batch, another `log_interval`) are then compared alike: a record's
-  mean over one or two episodes is noisy, and a run of more, smaller records has more
-  chances to show one high mean, so "first record >= X" favours it."""
-  ended, points = [], []  # (env steps, episodes, mean return) of each record with episodes
-  for record in records:
-    if record.get("episodes", 0) > 0 and "episode_return" in record:
-      now = record["env_steps"]
-      ended.append((now, record["episodes"], record["episode_return"]))
-      inside = [(n, mean) for steps, n, mean in ended if steps > now - window]
-      points.append((now, sum(n * mean for n, mean in inside) / sum(n for n, _ in inside)))
-  return points
-
-
-def tail_mean(values: Sequence[float], fraction: float = 0.2) -> Optional[float]:
-  """The mean of the last `fraction` of `values` (at least the last one; None if there are
-  none): what a run "held", as the learning tests, docs and benchmarks say it."""
-  if not 0.0 < fraction <= 1.0:
-    raise ValueError(f"fraction {fraction} is not in (0, 1]")
-  values = list(values)
-  tail = values[min(int(len(values) * (1.0 - fraction)), len(values) - 1):]
-  return sum(tail) / len(tail) if tail else None
-
-
-def warming_up(record: Dict[str, Any], replay: Any) -> Dict[str, Any]:
-  """Fields of a record of updates that learned nothing while a device replay held fewer
-  than `replay.min_size` items: `learning_started: false` and the min size, as a host
-  replay's warm-up records say (the progress line reads `warming up replay N/M`)."""
-  min_size = getattr(replay, "min_size", None)
-  if (min_size and record.get("learning") == 0
-      and record.get("replay_size", min_size) < min_size):
-    return dict(learning_started=False, replay_min_size=min_size)
-  return {}
-
-
-def learner_record(metrics: Dict[str, Any]) -> Dict[str, float]:
-  """A learner's metrics (scalars, or one per update) as record values: their means."""
-  return {k: float(np.mean(v)) for k, v in metrics.items()}
-
-
-class Window:
-  """What a runtime sums between two metrics records; every runtime writes through one.
-
-  `add_steps` counts env steps and finished episodes, `add_mean` a value to average over
-  the window (timings, policy lag; names in `means` are reported, 0 if never added),
-  `metrics` holds the learner's latest metrics (`add_metrics`). `record` turns the window
-  into one record.
-  """
-
-  def __init__(self, means: Tuple[str, ...] = ()):
-    self.start = time.perf_counter()
-    self.env_steps = 0
-    self.episodes = np.zeros(3)
-    self._sums: Dict[str, float] = {k: 0.0 for k in means}
-    self._counts: Dict[str, int] = {k: 0 for k in means}
-    self._maxes: Dict[str, float] = {}
-    self.metrics: Dict[str, Any] = {}
-
-  def add_steps(self, env_steps: int, episodes: Any = None) -> None:
-    self.env_steps += env_steps
-    if episodes is not None:
-      self.episodes += np.asarray(episodes, np.float64).reshape(-1, 3).sum(0)
-
-  def add_mean(self, name: str, value: float) -> None:
-    self._sums[name] = self._sums.get(name, 0.0) + value
-    self._counts[name] = self._counts.get(name, 0) + 1
-
-  def add_metrics(self, metrics: Dict[str, Any]) -> None:
-    """An update's metrics become the window's, unless that update learned nothing
-    (`learning` 0: its replay still filled or its rate limiter held it) and one before it
-    in this window did: a record shows the last update that learned, not zeros."""
-    learned = lambda m: float(np.mean(m.get("learning", 1.0))) > 0  # per update, or mean
-    if self.metrics and learned(self.metrics) and not learned(metrics):
-      return
-    self.metrics = metrics
-
-  def add_max(self, name: str, value: float) -> None:
-    self._maxes[name] = max(self._maxes.get(name, value), value)
-
-  def record(self, env_steps: int, updates: int) -> Dict[str, Any]:
-    elapsed = max(time.perf_counter() - self.start, 1e-9)
-    record: Dict[str, Any] = dict(env_steps=env_steps, updates=updates,
-                                  sps=self.env_steps / elapsed)
-    record.update({k: v / max(self._counts[k], 1) for k, v in self._sums.items()})
-    record.update(self._maxes)
-    record.update(episode_record(self.episodes))
-    record.update(learner_record(self.metrics))
-    return record
-
-
-class RateMeter:
-  """Turns a replay's running insert and sample totals into rates between two records."""
-
-  def __init__(self, inserts: int = 0, samples: int = 0):
-    self._totals = (inserts, samples)
-    self._time = time.perf_counter()
-
-  def rates(self, inserts: int, samples: int) -> Dict[str, float]:
-    now = time.perf_counter()
-    elapsed = max(now - self._time, 1e-9)
-    new_inserts, new_samples = inserts - self._totals[0], samples - self._totals[1]
-    self._totals, self._time = (inserts, samples), now
-    return dict(replay_inserts_per_s=new_inserts / elapsed,
-                replay_samples_per_s=new_samples / elapsed,
-                sample_to_insert_ratio=new_samples / max(new_inserts, 1))
-
-
-def device_counts(replay: Any, experience: Any) -> Optional[Tuple[int, int]]:
-  """Items inserted and sampled so far, summed over replicas; None if not a device replay
-  (or before its state exists). Reads two scalars per replica from the devices."""
-  counts = getattr(replay, "counts", None)
-  if counts is None or experience is None:
-    return None
-  inserts, samples = (_local_sum(x) for x in counts(experience))
-  return int(inserts), int(samples)
-
-
-def _local_sum(x: Any) -> int:
-  """The sum of this process's part of an array that may span processes."""
-  parts = [s.data for s in x.addressable_shards] if hasattr(x, "addressable_shards") else [x]
-  return sum(int(np.sum(np.asarray(p), dtype=np.int64)) for p in parts)
-
-
-def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "",
-                        runs: Optional[Any] = None) -> str:
-  """Mean episode return (and `eval_return`) against env steps over steps/s; with many
-  runs (`runs`), every run thin and each group's mean with its spread over seeds."""
-  import matplotlib  # Lazy: only runs that write a plot pay for the import.
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  # Population-based training: a panel per hyperparameter, each member's schedule.
-  keys = list(runs.swept) if runs and any("parent" in r for r in records) else []
-  fig, axes = plt.subplots(2 + len(keys), 1, figsize=(7, 6 + 2 * len(keys)), sharex=True,
-                           gridspec_kw=dict(height_ratios=[3, 1] + [2] * len(keys)),
-                           layout="constrained" if keys else None)
-  ax_ret, ax_sps = axes[0], axes[1]
-  if keys:
-    _plot_population(fig, axes[2:], records, keys)
-  if runs:
-    _plot_runs(ax_ret, records, runs)
-    # Steps/s of all runs together, one point per call.
-    records = [dict(r, sps=r["sps"] * runs.num_runs) for r in records
-               if r["run"] == 0 and "sps" in r]
-  points = [(r["env_steps"], r["episode_return"]) for r in records
-            if r.get("episode_return") is not None]
-  if points and not runs:
-    ax_ret.plot(*zip(*points), marker=".", lw=1.2, label="training (acting policy)")
-  evaluated = [(r["env_steps"], r["eval_return"]) for r in records
-               if r.get("eval_return") is not None]
-  if evaluated and not runs:
-    ax_ret.plot(*zip(*evaluated), marker="o", lw=1.2, color="tab:orange",
-                label="evaluation (eval_return)")
-    ax_ret.legend(loc="best")
-  ax_ret.set_ylabel("mean episode return")
-  ax_ret.set_title(title or "learning curve")
-  ax_ret.grid(alpha=0.3)
-  sps = [(r["env_steps"], r["sps"]) for r in records
-         if "sps" in r and not r.get("includes_compilation")]
-  if sps:
-    ax_sps.plot(*zip(*sps), color="tab:gray", lw=1.0)
-  ax_sps.set_ylabel("env steps/s")
-  axes[-1].set_xlabel("env steps")
-  ax_sps.grid(alpha=0.3)
-  if not keys:  # (the population's colour bar takes the constrained layout)
-    fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
-  return path
-
-
-def _plot_runs(ax: Any, records: List[Dict[str, Any]], runs: Any) -> None:
-  """Each run a thin line; each group (all runs, or one per swept value) its mean, bold,
-  over a band from its runs' min to max."""
-  lines, bands = runs_lib.curves(records, runs)
-  for xs, ys in lines:
-    ax.plot(xs, ys, lw=0.5, alpha=0.35, color="tab:gray")
-  for i, (label, xs, mean, low, high) in enumerate(bands):
-    color = f"C{i % 10}"
-    ax.fill_between(xs, low, high, color=color, alpha=0.2)
-    ax.plot(xs, mean, lw=2.0, color=color, label=f"{label} (mean, band: min-max)")
-  if bands:
-    ax.legend(loc="best", fontsize="small")
-
-
-def _plot_population(fig: Any, axes: Any, records: List[Dict[str, Any]],
-                     keys: List[str]) -> None:
-  """Each PBT member's value of each key over env steps, coloured by its final return:
-  where the population's values went, and which ended best."""
-  from matplotlib import cm, colors  # pylint: disable=import-outside-toplevel
-  members = runs_lib.by_run(records)
-  finals = {m: next((r["episode_return"] for r in reversed(kept)
-                     if r.get("episode_return") is not None), None)
-            for m, kept in members.items()}
-  known = [f for f in finals.values() if f is not None] or [0.0]
-  norm = colors.Normalize(min(known), max(known) if max(known) > min(known) else
-                          min(known) + 1.0)
-  for ax, key in zip(axes, keys):
-    for member, kept in members.items():
-      points = [(r["env_steps"], r[key]) for r in kept if r.get(key) is not None]
-      final = finals[member]
-      color = cm.viridis(norm(final)) if final is not None else "tab:gray"
-      if points:
-        ax.step(*zip(*points), where="post", lw=1.0, color=color, alpha=0.8)
-    values = [r[key] for r in records if r.get(key) is not None]
-    if values and min(values) > 0 and max(values) / min(values) > 10:
-      ax.set_yscale("log")
-    ax.set_ylabel(key.rsplit(".", 1)[-1])
-    ax.grid(alpha=0.3)
-  fig.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=list(axes),
-               label="member's final return")
 
 
 def _truncate(path: str, num_records: int) -> List[Dict[str, Any]]:

@@ -18,7 +18,7 @@ import os
 import struct
 from typing import Any, Dict, List, Optional, Sequence
 
-from podracer.errors import MissingPackage
+from podracer.errors import require
 from podracer.logs import Logger
 
 MODE_VARIABLE = "WANDB_MODE"
@@ -34,13 +34,9 @@ class WandbLogger(Logger):
                resumed: Optional[List[Dict[str, Any]]] = None,
                project: Optional[str] = None, entity: Optional[str] = None,
                group: Optional[str] = None, tags: Sequence[str] = ()):
-    try:
-      import wandb  # pylint: disable=import-outside-toplevel
-    except ImportError as e:
-      raise MissingPackage(
-          "Config key `log.loggers` names 'wandb', whose package is not installed in this "
-          "lane: pip install -e \".[wandb]\" (or pip install wandb), or leave 'wandb' out "
-          "of log.loggers.") from e
+    wandb = require("wandb", "Config key `log.loggers` names 'wandb', which",
+                    "pip install -e \".[wandb]\" (or pip install wandb), or leave 'wandb' "
+                    "out of log.loggers")
     self.where = os.path.join(workdir, "wandb")
     mode = os.environ.get(MODE_VARIABLE, "offline")
     # W&B takes podracer's `agents` package for OpenAI's and suggests Weave at each run.

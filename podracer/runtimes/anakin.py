@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from podracer.lifecycle import evaluation as evaluation_lib, guards, preemption
+from podracer.lifecycle import evaluation as evaluation_lib, preemption
 from podracer import mesh as mesh_lib, registry, trajectories
 from podracer.config.runs import Runs
 from podracer.agent import Agent
@@ -27,9 +27,11 @@ from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError, EnvironmentStepError
 from podracer.experience import host_replay
 from podracer.lifecycle.memory import check_device_fits, tree_bytes
-from podracer.logs.metrics import RateMeter, Window, device_counts, episode_sums, warming_up
+from podracer.logs.meters import RateMeter, Window, device_counts, episode_sums, warming_up
 from podracer.runtime import Plan, Runtime, plan_rounds
+from podracer.config.population import Population, Schedule
 from podracer.runtimes import population as population_lib
+from podracer.runtimes.many_runs import RunsOnMesh, check_sweep_traces
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
                             replica_sum, strip_weak_types)
@@ -80,8 +82,8 @@ class Anakin(Runtime):
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: AnakinOptions, plan: Plan, seed: int, runs: Optional[Runs] = None,
                agent_for: Optional[Callable[[Dict[str, Any]], Agent]] = None,
-               population: Optional[population_lib.Population] = None,
-               schedule: Optional[population_lib.Schedule] = None):
+               population: Optional[Population] = None,
+               schedule: Optional[Schedule] = None):
     if not hasattr(topology, "mesh") or not hasattr(topology, "num_replicas"):
       raise ConfigError("Anakin needs a topology that replicates over devices "
                         "(`topology.name=replicate`).")
@@ -103,16 +105,14 @@ class Anakin(Runtime):
     self.runs, self._agent_for = runs, agent_for
     self.num_runs = runs.num_runs if runs else 1
     self.population = population  # PBT over the runs, or None
-    self.schedule = schedule  # A replayed PBT schedule of the swept values, or None
     self.calls_done = 0  # Calls stepped (from the resumed one): when PBT's step is due.
-    # The mesh: runs side by side on its `runs` axis (each device holds
-    # `runs_per_device` of them), each run's replicas on its `data` axis.
+    # The mesh: runs side by side on its `runs` axis, each run's replicas on its `data`
+    # axis (podracer/runtimes/many_runs.py).
     self.mesh = topology.mesh
     self.mesh_runs, self.mesh_data = self.mesh.devices.shape
     self.runs_per_device = self.num_runs // self.mesh_runs
-    self._swept = self._hparams() if runs else None  # What each call passes its runs.
-    self._values_now = swept_values(runs) if runs else None  # ... as {key: [R]}
-    self._placed_swept = None  # ... placed on the mesh, at the first call.
+    self.many = (RunsOnMesh(runs, self.mesh, self._rows, population, schedule)
+                 if runs else None)
     self._on_cpu = all(d.platform == "cpu" for d in self.mesh.devices.flat)
     state_bytes = self._state_bytes()
     self._check_memory(state_bytes)
@@ -120,8 +120,8 @@ class Anakin(Runtime):
     if runs:
       # Runs are initialised one by one (see `init`), then stepped together.
       init = self._init_run
-      step = compile_once(self._population_step if population else
-                          jax.vmap(self._run_updates_of_run), "The Anakin step")
+      step = compile_once(self.many.population_step(self._run_updates_of_run) if population
+                          else jax.vmap(self._run_updates_of_run), "The Anakin step")
     self._init = mesh_lib.spmd(init, self.mesh)
     self._step = mesh_lib.spmd(step, self.mesh, donate=self._donates(state_bytes))
 
@@ -181,7 +181,7 @@ class Anakin(Runtime):
     # initialisers, jaxlib 0.10: two in one program hang on 2+ host devices); a run's init
     # is cheap anyway. Call j initialises the j-th run of every device.
     states = [mesh_lib.local(self._init(*mesh_lib.put(self.mesh, self._replica_keys(
-        lambda group, j=j: group * self.runs_per_device + j)), self._hparams_of(j)))
+        lambda group, j=j: group * self.runs_per_device + j)), self.many.hparams_of(j)))
               for j in range(self.runs_per_device)]
     return self._place(jax.tree.map(lambda *xs: np.stack(xs, axis=1), *states))
 
@@ -206,19 +206,6 @@ class Anakin(Runtime):
       replicas.append(np.asarray(jax.random.fold_in(run_key, replica)))
     return np.stack(nets), np.stack(replicas)
 
-  def _hparams(self, values: Optional[Dict[str, np.ndarray]] = None
-               ) -> Dict[str, np.ndarray]:
-    """Each swept key's value per run (`values`, by default the sweep's), [this
-    process's devices, runs per device], each device its own runs, as the program reads
-    them."""
-    values, per = values or swept_values(self.runs), self.runs_per_device
-    return {k: np.stack([v[g * per:(g + 1) * per] for g, _ in self._rows()])
-            for k, v in values.items()}
-
-  def _hparams_of(self, j: int):
-    """The swept values of each device's j-th run, placed on the mesh."""
-    return mesh_lib.put(self.mesh, {k: v[:, j] for k, v in self._swept.items()})
-
   def _run_agent(self, hparams: Dict[str, Any]) -> Agent:
     """The agent of one run: built with its swept values (traced), or the agent."""
     return self._agent_for(hparams) if hparams else self.agent
@@ -231,31 +218,6 @@ class Anakin(Runtime):
 
   def _run_updates_of_run(self, state: AnakinState, hparams):
     return self._run_updates(state, self._run_agent(hparams))
-
-  def _population_step(self, state: AnakinState, due, key):
-    """One device's members: their updates (each with the values it holds), their
-    fitness added up, then, when `due`, one exploit/explore step over the population."""
-    state, (metrics, episodes) = jax.vmap(self._run_updates_of_run)(
-        state, state.population.hparams)
-    pop = jax.vmap(functools.partial(population_lib.accumulate,
-                                     measure=self.population.fitness))(
-                                         state.population, episodes)
-    axis = mesh_lib.RUNS if self.mesh_runs > 1 else None
-    members = (state.agent.nets, state.agent.opt)
-    # A member whose parameters went non-finite is replaced from the top at once.
-    broken = ~jax.vmap(guards.all_finite)(members)
-    any_broken = jnp.sum(broken) if axis is None else jax.lax.psum(jnp.sum(broken), axis)
-
-    def exploit(members, pop):
-      return population_lib.exploit_explore(self.population, members, pop, key, axis,
-                                            broken, due)
-
-    def keep(members, pop):
-      return members, pop._replace(replaced=jnp.zeros_like(pop.replaced))
-
-    (nets, opt), pop = jax.lax.cond(due | (any_broken > 0), exploit, keep, members, pop)
-    agent = state.agent._replace(nets=nets, opt=opt)
-    return state._replace(agent=agent, population=pop), (metrics, episodes)
 
   def _init_replica(self, nets_key, key, agent: Optional[Agent] = None) -> AnakinState:
     agent = agent or self.agent
@@ -308,8 +270,7 @@ class Anakin(Runtime):
     experience = agent.observe(state.agent.experience, trajectory)
     nets, opt, experience, metrics = agent.update(state.agent.nets, state.agent.opt,
                                                   experience, update_key)
-    actor_metrics = getattr(agent, "actor_metrics", lambda _: {})  # R2D2: epsilon_mean
-    metrics = {**metrics, **actor_metrics(actor_state)}
+    metrics = {**metrics, **agent.actor_metrics(actor_state)}  # R2D2: epsilon_mean
     agent_state = AgentState(actor=actor_state, nets=nets, opt=opt, experience=experience)
     state = state._replace(agent=agent_state, env=env_state, pending=pending, key=key)
     return state, (metrics, episodes)
@@ -339,46 +300,18 @@ class Anakin(Runtime):
     """Runs `updates_per_call` updates on every replica: the new state, the metrics as
     [U] numpy arrays and the episode sums [U, 3] (see `metrics.episode_sums`); with many
     runs, [R, U] and [R, U, 3]."""
-    if self.population:
-      state, out = self._step(state, *self._population_inputs())
-    else:
-      if self.schedule:  # The values of this call: an input, so nothing compiles again.
-        self._follow_schedule()
-      if self.runs and self._placed_swept is None:
-        self._placed_swept = mesh_lib.put(self.mesh, self._swept)
-      state, out = self._step(state, *([self._placed_swept] if self.runs else []))
+    inputs = (self.many.call_inputs(self.calls_done, self.steps_per_call,
+                                    self.updates_per_call) if self.runs else ())
+    state, out = self._step(state, *inputs)
     self.calls_done += 1
     metrics, episodes = self.per_run(out)
     return state, metrics, episodes
-
-  def _population_inputs(self):
-    """Whether this call ends with an exploit/explore step, and that step's key: the same
-    on every device (one row each)."""
-    done = (self.calls_done + 1) * self.updates_per_call
-    rows = len(mesh_lib.local_devices_of(self.mesh))
-    due = np.full((rows,), self.population.due(done))
-    key = np.stack([np.asarray(self.population.key(done))] * rows)
-    return mesh_lib.feed(self.mesh, (due, key))
-
-  def _follow_schedule(self) -> None:
-    """Sets every run's values to the schedule's at the start of the next call."""
-    values = self.schedule.at(self.calls_done * self.steps_per_call)
-    now = {k: np.full(self.num_runs, v, self._values_now[k].dtype)
-           for k, v in values.items()}
-    if self._placed_swept is None or any(
-        not np.array_equal(now[k], v) for k, v in self._values_now.items()):
-      self._values_now = now
-      self._swept, self._placed_swept = self._hparams(now), None
 
   def hparams_now(self, state: AnakinState) -> Optional[Dict[str, np.ndarray]]:
     """Each run's current hyperparameter values, {key: [R]} (host arrays): the swept
     values (or a schedule's), or under PBT the values each member holds now; None for
     one run."""
-    if not self.runs:
-      return None
-    if not self.population:
-      return self._values_now
-    return population_lib.as_numpy(self.per_run(state.population.hparams))
+    return self.many.hparams_now(state) if self.runs else None
 
   def per_run(self, rows: Any) -> Any:
     """Host arrays of each run from rows of the mesh: replica 0's row of a single run (a
@@ -386,10 +319,7 @@ class Anakin(Runtime):
     the first replica of each run group."""
     if not self.runs:
       return jax.tree.map(lambda x: x[0], mesh_lib.local(rows))
-    # Only runs spread over devices need the other processes' rows; with one run group,
-    # row 0 is the only row taken (every `mesh_data`-th row of fewer rows than that).
-    gathered = mesh_lib.gather(rows) if self.mesh_runs > 1 else mesh_lib.local(rows)
-    return jax.tree.map(lambda x: x[::self.mesh_data].reshape(-1, *x.shape[2:]), gathered)
+    return self.many.per_run(rows)
 
   def _evaluator(self, evaluation: Any) -> Callable[[AnakinState, int], Any]:
     """The evaluation's record fields (`eval_return`; `eval_win_rate` for a self-play
@@ -415,8 +345,39 @@ class Anakin(Runtime):
     return each_run
 
   def saved_state(self, checkpointer: Any) -> AnakinState:
-    """The latest checkpoint's state, laid on this run's mesh (podracer.play)."""
+    """The latest checkpoint's state, laid on this run's mesh."""
     return self._resume(self.init(), checkpointer)[0]
+
+  # -- what callers ask of a runtime (podracer/runtime.py) ---------------------------
+
+  def checkpoints(self) -> bool:
+    return True  # Its whole state, for an exact resume.
+
+  def evaluates(self) -> bool:
+    return True
+
+  def final_nets(self, state: AnakinState, run: int = 0) -> Any:
+    """Run `run`'s nets (replica 0's) in `state`."""
+    return self._run_of(self.per_run(state.agent.nets), run, "the run")
+
+  def saved_nets(self, checkpointer: Any, run: int = 0) -> Any:
+    """Run `run`'s nets in the latest checkpoint."""
+    nets = self.per_run(self.saved_state(checkpointer).agent.nets)
+    return self._run_of(nets, run, f"the checkpoint in {checkpointer.directory}")
+
+  def _run_of(self, nets: Any, run: int, where: str) -> Any:
+    if not self.runs:
+      if run:
+        raise ConfigError(f"--run={run}: {where} holds one run (run 0).")
+      return nets
+    if not 0 <= run < self.num_runs:
+      raise ConfigError(f"--run={run}: {where} holds runs 0-{self.num_runs - 1}.")
+    return jax.tree.map(lambda x: x[run], nets)
+
+  def environment_to_watch(self, seed: int = 0) -> Any:
+    """The run's JAX environment (one; videos vmap nothing)."""
+    del seed
+    return self.env.env
 
   def _resume(self, state: AnakinState, checkpointer: Optional[Any]):
     """(state, first call): the latest checkpoint's, if any, else `state` and 0."""
@@ -433,9 +394,9 @@ class Anakin(Runtime):
     state, first_call = checkpointer.restore(state)
     return self._place(state), first_call
 
-  def run(self, logger, state: Optional[AnakinState] = None,
-          checkpointer: Optional[Any] = None, evaluation: Optional[Any] = None
-          ) -> AnakinState:
+  def train(self, logger, checkpointer: Optional[Any] = None,
+            evaluation: Optional[Any] = None, state: Optional[AnakinState] = None
+            ) -> AnakinState:
     """Runs the remaining calls; with a `checkpointer` (podracer/lifecycle/checkpoint.py), first
     resumes from its latest checkpoint and saves as it goes, at the end and when stopped;
     with an `evaluation` (podracer/lifecycle/evaluation.py), adds `eval_return` to records."""
@@ -523,54 +484,7 @@ class _CallRecords:
     else:
       logger.write(records[0], compile_step=compile_step)
 
-
   def _labels(self, state: AnakinState, updates: int):
-    """Each run's labels (index, seed, swept values); under PBT the values each member
-    holds now and, after an exploit/explore step, `parent`: the member it continues
-    (itself if it did not copy)."""
-    anakin = self.anakin
-    if not anakin.runs:
-      return None
-    labels = [anakin.runs.labels(r) for r in range(anakin.num_runs)]
-    if anakin.population or anakin.schedule:
-      now = anakin.hparams_now(state)
-      for r, label in enumerate(labels):
-        label.update({k: population_lib.plain(v[r]) for k, v in now.items()})
-    if anakin.population:
-      exploited = anakin.population.due(updates)
-      parents, replaced = (np.asarray(x) for x in anakin.per_run(
-          (state.population.parent, state.population.replaced)))
-      for r, label in enumerate(labels):
-        if exploited or replaced[r]:
-          label["parent"] = int(parents[r])
-        if replaced[r]:  # Its parameters went non-finite: a top member's replaced them.
-          label["replaced"] = 1
-    return labels
-
-
-def swept_values(runs: Runs) -> Dict[str, np.ndarray]:
-  """Each swept key's value per run, [R], in the dtype the program reads."""
-  return {k: np.asarray(v, np.float32 if isinstance(v[0], float) else np.int32)
-          for k, v in runs.values().items()}
-
-
-def check_sweep_traces(runs: Runs, abstract_run: Callable[[Dict[str, Any]], Any]) -> None:
-  """Refuses, naming it, a swept key that the program cannot read as a traced value: one
-  that sets a shape, a count, a Python branch or a check made when a component is built."""
-  try:
-    jax.eval_shape(abstract_run, runs.values())
-    return
-  except Exception as error:  # pylint: disable=broad-except
-    first = error
-  for key, values in runs.values().items():
-    try:
-      jax.eval_shape(abstract_run, {key: values})
-    except Exception as error:  # pylint: disable=broad-except
-      raise ConfigError(
-          f"Config key `sweep.{key}` cannot be swept in one program: `{key}` is read when "
-          f"the program is built (a shape, a count, a branch or a check), not as a value "
-          f"inside it (tracing it raised {type(error).__name__}). Sweep it with separate "
-          "launches; "
-          "numbers such as learning rates, loss coefficients, discount and lambda can be "
-          "swept.") from None
-  raise first
+    """Each run's labels (podracer/runtimes/many_runs.py), or None for one run."""
+    many = self.anakin.many
+    return many.labels(state, updates) if many else None

@@ -22,7 +22,7 @@ import numpy as np
 from podracer import registry
 from podracer.components.environments.base import (Environment, observation_spec, restart,
                                                    transition)
-from podracer.errors import MissingPackage
+from podracer.errors import require
 from podracer.types import (ArraySpec, EnvSpec, PyTree, TimeStep, bounds,
                             strip_weak_types)
 
@@ -39,14 +39,11 @@ class Brax(Environment):
 
   def __init__(self, env_name: str = "inverted_pendulum", backend: str = "generalized",
                episode_length: int = 1000, env_kwargs: Optional[Mapping[str, Any]] = None):
-    try:
-      from brax import envs  # pylint: disable=g-import-not-at-top
-    except ImportError as e:
-      raise MissingPackage(
-          f"The 'brax' environment ({env_name}) needs Brax, which the default install "
-          f"lane has (pip install -e \".[jax-envs]\", or pip install brax); the reverb "
-          f"lane has none: Brax 0.14 needs current JAX and that lane pins 0.4.34 ({e})."
-      ) from e
+    envs = require(
+        "brax.envs", f"The 'brax' environment ({env_name})",
+        "the default install lane has it (pip install -e \".[jax-envs]\", or pip install "
+        "brax); the reverb lane has none: Brax 0.14 needs current JAX and that lane pins "
+        "0.4.34")
     if episode_length < 1:
       raise ValueError(f"episode_length must be at least 1, got {episode_length}")
     self.env_name, self.episode_length = env_name, int(episode_length)

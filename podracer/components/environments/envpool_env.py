@@ -27,7 +27,7 @@ import numpy as np
 from podracer import registry
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    env_seeds, host_timestep)
-from podracer.errors import MissingPackage
+from podracer.errors import require
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, PyTree,
                             StepType, TimeStep, bounds)
 
@@ -36,12 +36,7 @@ _RESERVED = ("env_type", "batch_size")
 
 
 def _import_envpool():
-  try:
-    import envpool  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise MissingPackage(f"The 'envpool' environment needs EnvPool: pip install envpool "
-                         f"({e})") from e
-  return envpool
+  return require("envpool", "The 'envpool' environment", "pip install envpool")
 
 
 def unknown_task_message(task_id: str, known) -> str:

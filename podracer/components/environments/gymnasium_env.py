@@ -22,7 +22,7 @@ from typing import Any, List, Tuple
 import numpy as np
 
 from podracer import registry
-from podracer.errors import EnvironmentWorkerError, MissingPackage
+from podracer.errors import EnvironmentWorkerError, require
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    env_seeds, host_timestep)
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, StepType,
@@ -76,11 +76,8 @@ class Gymnasium(HostEnvironment):
   def __init__(self, env_id: str, num_envs: int, seed: int = 0, asynchronous: bool = True,
                mp_context: str = "spawn", **env_kwargs: Any):
     super().__init__(num_envs, seed)
-    try:
-      import gymnasium  # pylint: disable=g-import-not-at-top
-    except ImportError as e:
-      raise MissingPackage(f"The 'gymnasium' environment ({env_id}) needs Gymnasium: "
-                           f"pip install gymnasium ({e})") from e
+    gymnasium = require("gymnasium", f"The 'gymnasium' environment ({env_id})",
+                        "pip install gymnasium")
     self.env_id = env_id
     self.asynchronous = bool(asynchronous)
     fns = [env_factory(env_id, dict(env_kwargs), os.getpid())] * self.num_envs

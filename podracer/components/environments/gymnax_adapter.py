@@ -24,7 +24,7 @@ import numpy as np
 from podracer import registry
 from podracer.components.environments.base import (Environment, observation_spec, restart,
                                                    transition, upscale)
-from podracer.errors import MissingPackage
+from podracer.errors import require
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, PyTree, TimeStep,
                             bounds, strip_weak_types)
 
@@ -47,14 +47,11 @@ class Gymnax(Environment):
 
   def __init__(self, env_id: str = "CartPole-v1", env_kwargs: Optional[Mapping] = None,
                env_params: Optional[Mapping] = None):
-    try:
-      import gymnax  # pylint: disable=g-import-not-at-top
-    except ImportError as e:
-      raise MissingPackage(
-          f"The 'gymnax' environment ({env_id}) needs gymnax, which the default install "
-          f"lane has (pip install -e \".[jax-envs]\", or pip install gymnax); the reverb "
-          f"lane has none: gymnax 1.x needs jax >= 0.6 and that lane pins 0.4.34 ({e})."
-      ) from e
+    gymnax = require(
+        "gymnax", f"The 'gymnax' environment ({env_id})",
+        "the default install lane has it (pip install -e \".[jax-envs]\", or pip install "
+        "gymnax); the reverb lane has none: gymnax 1.x needs jax >= 0.6 and that lane "
+        "pins 0.4.34")
     self.env_id = env_id
     self._env, params = gymnax.make(env_id, **dict(env_kwargs or {}))
     self._params = params.replace(**env_params) if env_params else params

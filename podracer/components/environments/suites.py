@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any, Iterator
 
 from podracer.components.environments.base import transition
+from podracer import errors
 from podracer.errors import MissingPackage
 from podracer.types import PyTree, StepType, TimeStep
 
@@ -25,14 +26,11 @@ TESTED = {"craftax": "1.6.1", "jaxtari": "0.2.0", "jumanji": "1.1.2",
 
 def require(module: str, env_name: str, extra: str) -> ModuleType:
   """`import module`, or a MissingPackage naming the extra that installs it."""
-  try:
-    return importlib.import_module(module)
-  except ImportError as e:
-    raise MissingPackage(
-        f"The '{env_name}' environment needs {module}, which is not installed here: "
-        f"pip install -e \".[{extra}]\" (or pip install {module}=={TESTED[module]}, the "
-        f"version podracer is tested with); the default install lane has it, the reverb "
-        f"lane (jax 0.4.34) cannot ({e}).") from e
+  return errors.require(
+      module, f"The '{env_name}' environment",
+      f"pip install -e \".[{extra}]\" (or pip install {module}=={TESTED[module]}, the "
+      f"version podracer is tested with); the default install lane has it, the reverb "
+      f"lane (jax 0.4.34) cannot")
 
 
 @contextlib.contextmanager

@@ -153,7 +153,7 @@ class QLearningLoss:
   Called as `loss(q, target_q, timestep, action, weights, discount)`: Q-values [S, B, A]
   of the online and target networks, the steps and actions [S, B], weights [B] and the
   agent's discount; returns (loss, dict(abs_td, mask, q, target)), each [T, B] ([T, B,
-  A] for q) for priorities and diagnostics (podracer/off_policy.py).
+  A] for q) for priorities and diagnostics (podracer/kits/q_learning.py).
   """
 
   def __init__(self, n_step: int = 3, double: bool = True,

@@ -6,7 +6,7 @@ per batch entry, from a `reset` mask that is true at the first step of an episod
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import haiku as hk
 import jax
@@ -49,3 +49,33 @@ class LSTMCore(hk.Module):
       return state, out
     state, outputs = hk.scan(step, state, (inputs, jnp.asarray(reset, jnp.bool_)))
     return outputs, state
+
+
+def torso_core_head(torso: Callable[..., Any], core: LSTMCore, head: Callable[..., Any]):
+  """(init, (step, unroll, initial_state)) of torso -> core -> head: one step of a batch
+  [B, ...], or an unroll of [T, B, ...] (the torso and head over T * B at once)."""
+  def step(observation, state, reset):
+    features, state = core(torso(observation), state, reset)
+    return head(features), state
+
+  def unroll(observation, state, reset):
+    t, b = reset.shape
+    flat = jax.tree.map(lambda x: x.reshape(t * b, *x.shape[2:]), observation)
+    outputs, state = core.unroll(torso(flat).reshape(t, b, -1), state, reset)
+    out = head(outputs.reshape(t * b, -1))
+    return jax.tree.map(lambda x: x.reshape(t, b, *x.shape[1:]), out), state
+
+  def init(observation):
+    batch = jax.tree.leaves(observation)[0].shape[0]
+    return step(observation, core.initial_state(batch), jnp.zeros((batch,), bool))
+
+  return init, (step, unroll, core.initial_state)
+
+
+def recurrent(forward: Callable[[], Any], make: Callable[..., Any]) -> Any:
+  """`make(init, initial_state, step, unroll)` from a multi-transform's forward, which
+  returns (init, (step, unroll, initial_state))."""
+  transformed = hk.without_apply_rng(hk.multi_transform(forward))
+  step_fn, unroll_fn, initial_state_fn = transformed.apply
+  return make(init=transformed.init, initial_state=lambda batch: initial_state_fn({}, batch),
+              step=step_fn, unroll=unroll_fn)

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from podracer import registry
 from podracer.components.networks.conv import Conv2D
 from podracer.components.networks.torsos import (ATARI_TORSOS, MLP, activation_fn,
-                                                 check_image_torso)
+                                                 check_image_torso, num_discrete_actions)
 from podracer.types import EnvSpec
 
 
@@ -45,8 +45,6 @@ def scale_to_unit(embedding: jax.Array) -> jax.Array:
 
 
 def _check(spec: EnvSpec, num_bins: int, network: str) -> int:
-  # Imported here: networks/__init__ imports this module.
-  from podracer.components.networks import num_discrete_actions
   if num_bins < 3:
     raise ValueError(f"Network '{network}' needs `num_bins` >= 3 (a support of bins), got "
                      f"{num_bins}.")

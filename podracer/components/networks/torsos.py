@@ -6,6 +6,7 @@ biases), since their PPO hyperparameters were tuned with it.
 
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Optional, Sequence
 
 import haiku as hk
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer.components.networks.conv import Conv2D
-from podracer.types import ArraySpec, PyTree, observation_features
+from podracer.types import ArraySpec, EnvSpec, PyTree, observation_features
 
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
@@ -252,3 +253,17 @@ def check_image_torso(spec, torso: str, network: str) -> None:
   if isinstance(observation, ArraySpec) and len(observation.shape) != 3:
     raise ValueError(f"Network '{network}' needs image observations of rank 3 "
                      f"([C, H, W] or [H, W, C]), got shape {tuple(observation.shape)}.")
+
+
+def num_discrete_actions(spec: EnvSpec, network: str) -> int:
+  """The number of actions, or a ValueError saying the network needs discrete actions."""
+  action = getattr(spec, "action", None)
+  num_values = getattr(action, "num_values", None)
+  if not isinstance(num_values, numbers.Integral) or num_values < 1:
+    raise ValueError(f"Network '{network}' needs a discrete action spec (a DiscreteSpec "
+                     f"with num_values >= 1), got action spec {action!r}.")
+  return int(num_values)
+
+
+def check_activation(activation: str) -> None:
+  activation_fn(activation)  # Fail when building, not when first traced.

@@ -28,17 +28,7 @@ or a device replay's `counts(state)`, read on the host when a metrics record is 
 
 from __future__ import annotations
 
-import jax
-
-from podracer.experience import Sample
-
-
-def importance_weights(sample: Sample, exponent: float) -> jax.Array:
-  """Prioritized replay's (size * P(i))^-beta, normalised by its maximum (Schaul et al.)."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  size = jnp.maximum(sample.size.astype(jnp.float32), 1.0)
-  weights = jnp.power(size * jnp.maximum(sample.probabilities, 1e-12), -exponent)
-  return weights / jnp.max(weights)
+from podracer.experience import Sample, importance_weights
 
 
 __all__ = ["Sample", "importance_weights"]

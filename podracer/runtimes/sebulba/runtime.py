@@ -14,11 +14,12 @@ from podracer import distributed, registry
 from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Plan, plan_rounds
-from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.actor import Actor, act_and_advance_key
-from podracer.runtimes.sebulba.host import HostEvaluator, HostRuntime, LearnerOptions
-from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound
-from podracer.runtimes.sebulba.paths import REPLAY_DIR, data_path
+from podracer.runtimes.host import threads
+from podracer.runtimes.host.batches import act_and_advance_key
+from podracer.runtimes.sebulba.actor import Actor
+from podracer.runtimes.host.runtime import HostEvaluator, HostRuntime, LearnerOptions
+from podracer.runtimes.host.params import ParamsStore, PolicyLagBound
+from podracer.runtimes.host.paths import REPLAY_DIR, data_path
 
 __all__ = ["Sebulba", "SebulbaOptions", "HostEvaluator", "REPLAY_DIR"]
 
@@ -98,4 +99,4 @@ class Sebulba(HostRuntime):
                       producer=j * options.actor_threads_per_device + i,
                       fail_after_first_batch=options.inject_failure == "actor" and index == 0,
                       groups=2 if options.env_mode == "async" else 1)
-        group.spawn(f"actor-{device.id}-{i}", actor.run, group.stop)
+        group.spawn(f"actor-{device.id}-{i}", actor.loop, group.stop)

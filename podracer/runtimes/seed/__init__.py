@@ -2,12 +2,13 @@
 
   workers  (podracer/worker.py) processes of this or other hosts, each stepping one host
            environment; one message per step to the server (podracer/distributed/transport.py).
+  session  (session.py) one connected worker: its handshake, its seat of slots, its steps
   server   (server.py) one inference thread per actor device: batches the workers'
-           steps into one `agent.act`, keeps every environment's actor state in a slot,
-           assembles each worker's trajectories and hands learner batches to Sebulba's
-           data path (sebulba/paths.py).
-  learner  Sebulba's (sebulba/learner.py), with its checkpoints and evaluation
-           (sebulba/host.py).
+           steps into one `agent.act` (inference.py), keeps every environment's actor
+           state in a slot, assembles each worker's trajectories (seats.py) and hands
+           learner batches to the host runtimes' data path (host/paths.py).
+  learner  the host runtimes' (host/learner.py), with its checkpoints and evaluation
+           (host/runtime.py).
   main     supervises: drops silent workers, restarts local ones (workers.py), stops
            the run when none is left.
 """

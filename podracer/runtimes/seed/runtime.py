@@ -22,10 +22,10 @@ from podracer.distributed import auth, transport
 from podracer.agent import Agent
 from podracer.errors import ConfigError, EnvironmentWorkerError
 from podracer.runtime import Plan, plan_rounds
-from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.host import HostRuntime, LearnerOptions
-from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound
-from podracer.runtimes.sebulba.paths import data_path
+from podracer.runtimes.host import threads
+from podracer.runtimes.host.runtime import HostRuntime, LearnerOptions
+from podracer.runtimes.host.params import ParamsStore, PolicyLagBound
+from podracer.runtimes.host.paths import data_path
 from podracer.runtimes.seed.server import InferenceServer, Seats
 from podracer.types import action_mask
 from podracer.runtimes.seed.workers import LocalWorkers, describe, tail
@@ -218,10 +218,10 @@ class Seed(HostRuntime):
     self._secret_file: Optional[str] = None  # the run's own secret, for its user's workers
     self.workdir: Optional[str] = None
 
-  def run(self, logger, checkpointer: Optional[Any] = None,
-          evaluation: Optional[Any] = None):
+  def train(self, logger, checkpointer: Optional[Any] = None,
+            evaluation: Optional[Any] = None):
     self.workdir = getattr(logger, "workdir", None)
-    return super().run(logger, checkpointer=checkpointer, evaluation=evaluation)
+    return super().train(logger, checkpointer=checkpointer, evaluation=evaluation)
 
   def _welcome(self) -> dict:
     """What every worker is told on connecting."""
@@ -281,7 +281,7 @@ class Seed(HostRuntime):
       auth.write_private(self._secret_file, server.secret)
     self._announce(self.listener.address)
     for i, device in enumerate(lanes):
-      group.spawn(f"inference-{device.id}-{i}", server.run, i, group.stop,
+      group.spawn(f"inference-{device.id}-{i}", server.loop, i, group.stop,
                   options.inject_failure == "inference" and i == 0)
     self._alive_at, self._reported = time.monotonic(), 0  # for `_poll`
     if options.num_local_workers:

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from podracer import mesh as mesh_lib
-from podracer.runtimes.sebulba.threads import POLL
+from podracer.runtimes.host.threads import POLL
 from podracer.types import PyTree
 
 

@@ -25,10 +25,10 @@ from podracer import contracts, distributed, mesh as mesh_lib
 from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Runtime
-from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.actor import Batch, ToLearners, act_and_advance_key
-from podracer.runtimes.sebulba.learner import Learner, Progress, StopVote
-from podracer.runtimes.sebulba.params import ParamsStore, PolicyLagBound, first_replica
+from podracer.runtimes.host import threads
+from podracer.runtimes.host.batches import Batch, ToLearners, act_and_advance_key
+from podracer.runtimes.host.learner import Learner, Progress, StopVote
+from podracer.runtimes.host.params import ParamsStore, PolicyLagBound, first_replica
 from podracer.types import Trajectory, strip_weak_types
 
 
@@ -132,16 +132,35 @@ class HostRuntime(Runtime):
 
   # -- checkpoints (podracer/lifecycle/checkpoint.py) ----------------------------------------
 
-  def final_nets(self, state: List[Any]) -> Any:
-    """Replica 0's nets of the learner state `run` returned (what a video watches)."""
+  # -- what callers ask of a runtime (podracer/runtime.py) ---------------------------
+
+  def checkpoints(self) -> bool:
+    return True  # The learner's state and counters; producers start new episodes.
+
+  def evaluates(self) -> bool:
+    return True
+
+  def final_nets(self, state: List[Any], run: int = 0) -> Any:
+    """Replica 0's nets of the learner state `train` returned (one run: run 0)."""
+    self._one_run(run, "the run")
     return first_replica(state[0])
 
-  def saved_nets(self, checkpointer: Any) -> Any:
-    """Replica 0's nets in the latest checkpoint (podracer.play)."""
+  def saved_nets(self, checkpointer: Any, run: int = 0) -> Any:
+    """Replica 0's nets in the latest checkpoint."""
+    self._one_run(run, f"the checkpoint in {checkpointer.directory}")
     state = self._start_learner()
     saved, _ = checkpointer.restore(dict(learner=tuple(state),
                                          key=jax.random.PRNGKey(self.seed + 1)))
     return first_replica(mesh_lib.put(self.learner_mesh, saved["learner"])[0])
+
+  @staticmethod
+  def _one_run(run: int, where: str) -> None:
+    if run:
+      raise ConfigError(f"--run={run}: {where} holds one run (run 0).")
+
+  def environment_to_watch(self, seed: int = 0) -> Any:
+    """One host environment of the run's kind, made to render (the caller closes it)."""
+    return self.env_factory(num_envs=1, seed=seed, render_mode="rgb_array")
 
   def _restore(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
     """Puts the latest checkpoint's learner state, key and counters in place."""
@@ -169,8 +188,8 @@ class HostRuntime(Runtime):
 
   # -- the run ---------------------------------------------------------------------
 
-  def run(self, logger, checkpointer: Optional[Any] = None,
-          evaluation: Optional[Any] = None) -> List[Any]:
+  def train(self, logger, checkpointer: Optional[Any] = None,
+            evaluation: Optional[Any] = None) -> List[Any]:
     """Trains; returns the learner state [nets, opt, experience], each [L, ...].
 
     With a `checkpointer`, first resumes from its latest checkpoint (the learner's state
@@ -220,7 +239,7 @@ class HostRuntime(Runtime):
                             lag_bound=None if lag is None else PolicyLagBound(
                                 lag, first_update=learner.progress.updates,
                                 producers=self.producers))
-      thread = group.spawn("learner", learner.run, state, group.stop)
+      thread = group.spawn("learner", learner.loop, state, group.stop)
       while (not group.stop.is_set() and thread.is_alive()
              and not (stops_early and logger.target_reached)):
         group.stop.wait(threads.POLL)

@@ -19,7 +19,8 @@ returns the `q_learning` loss's outputs (podracer/components/losses/q_learning.p
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Sequence, Tuple
+import sys
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +28,7 @@ import numpy as np
 import rlax
 
 from podracer.agent import Agent, random_legal
-from podracer.components.replay import importance_weights
+from podracer.experience import importance_weights
 from podracer.learning import Objective, TargetState, gradient_step, update_target, with_target
 from podracer.types import ILLEGAL, PyTree, Trajectory
 
@@ -170,6 +171,31 @@ def replay_q_update(objectives: Sequence[Objective], replay: Any, nets: PyTree,
   if size is not None:
     metrics["replay_size"] = jnp.float32(size(experience))
   return nets, opt, experience, metrics
+
+
+# The Huber loss with a target network copied more often than this (updates) let the
+# Q-values run away on DQN's CartPole settings (docs/agents.md, "DQN against PureJaxRL's").
+HUBER_MIN_TARGET_PERIOD = 200
+_said: set = set()
+
+
+def huber_target_warning(huber_delta: float, target_update_period: int) -> Optional[str]:
+  """What to warn of a Huber loss beside a target copied every few updates, or None."""
+  if not huber_delta or target_update_period >= HUBER_MIN_TARGET_PERIOD:
+    return None
+  return (f"Warning: loss.huber_delta={huber_delta:g} with agent.target_update_period="
+          f"{target_update_period}: a target copied this often lets the Q-values run away "
+          "under the Huber loss, whose gradient is capped where the squared loss's grows "
+          "with the error and pulls them back (DQN's CartPole settings: every seed at one "
+          f"action, Q-values in the millions). Copy the target every "
+          f"{HUBER_MIN_TARGET_PERIOD} updates or more, or take the squared loss "
+          "(loss.huber_delta=0); docs/agents.md, \"DQN against PureJaxRL's\".")
+
+
+def warn_once(message: Optional[str]) -> None:
+  if message and message not in _said:
+    _said.add(message)
+    sys.stderr.write(message + "\n")
 
 
 class QLearningAgent(Agent):

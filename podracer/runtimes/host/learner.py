@@ -8,7 +8,7 @@ A source says what each update learns from:
               turns (`in_turns`, Sebulba's `max_policy_lag=0`) each step waits for one
               trajectory's statistics (it is in the replay then) and takes the updates
               `samples_per_insert` allows: none while the replay fills.
-The loop (`Learner.run`) learns, pushes the new parameters to the actor devices, and
+The loop (`Learner.loop`) learns, pushes the new parameters to the actor devices, and
 writes a metrics record through one `metrics.Window` every `log_interval` seconds.
 """
 
@@ -28,13 +28,13 @@ from podracer import distributed, mesh as mesh_lib
 from podracer.agent import Agent
 from podracer.errors import ReplayTimeout
 from podracer.experience import HostReplay, sample_for_replicas
-from podracer.logs.metrics import RateMeter, Window, device_counts, warming_up
+from podracer.logs.meters import RateMeter, Window, device_counts, warming_up
 from podracer.runtime import Plan
 from podracer.runtimes.compile_once import compile_once
-from podracer.runtimes.sebulba import threads
-from podracer.runtimes.sebulba.actor import Batch
-from podracer.runtimes.sebulba.params import ParamsStore, checksum, first_replica
-from podracer.runtimes.sebulba.params import shard_over
+from podracer.runtimes.host import threads
+from podracer.runtimes.host.batches import Batch
+from podracer.runtimes.host.params import ParamsStore, checksum, first_replica
+from podracer.runtimes.host.params import shard_over
 from podracer.types import REPLICA_AXIS, PyTree, replica_mean
 
 LearnerState = Tuple[PyTree, PyTree, PyTree]  # nets, opt, experience: [L, ...] each
@@ -55,7 +55,7 @@ def _replica_mean_of_means(metrics):
 class FromQueue:
   """Learns from each actor trajectory in turn (the experience is in-graph)."""
 
-  in_turns = False  # Every trajectory is one update (Learner.run: no turns to pass).
+  in_turns = False  # Every trajectory is one update (Learner.loop: no turns to pass).
 
   def __init__(self, agent: Agent, learners: List[jax.Device], updates_per_batch: int,
                batches: "queue.Queue"):
@@ -251,7 +251,7 @@ class Learner:
     self.fail_after_first_update = fail_after_first_update
     self.stop_vote: Optional[StopVote] = None
 
-  def run(self, state: List[Any], stop: threading.Event) -> None:
+  def loop(self, state: List[Any], stop: threading.Event) -> None:
     """Updates `state` ([nets, opt, experience]), `key` and `progress` in place, so the
     runtime can return and checkpoint them."""
     total, progress = self.plan.total_env_steps, self.progress

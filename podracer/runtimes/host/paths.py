@@ -30,8 +30,8 @@ from podracer.agent import Agent, item_spec
 from podracer.errors import ConfigError
 from podracer.experience import HostReplay, host_replay
 from podracer.lifecycle.memory import check_device_fits, tree_bytes
-from podracer.runtimes.sebulba.actor import ToLearners, ToReplay
-from podracer.runtimes.sebulba.learner import FromQueue, FromReplay
+from podracer.runtimes.host.batches import ToLearners, ToReplay
+from podracer.runtimes.host.learner import FromQueue, FromReplay
 from podracer.types import PyTree, Trajectory
 
 REPLAY_DIR = "reverb"  # A checkpointed host replay's own files, in the checkpoints' folder.

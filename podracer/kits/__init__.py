@@ -1,0 +1,15 @@
+"""Agent kits: the parts several agents are made of, above the Agent interface and the
+components, below the agents (agents/ and yours) that subclass them.
+
+  actor_critic.py    ActorCriticAgent: categorical acting, greedy evaluation, on-policy
+                     observe (PPO, recurrent PPO, IMPALA)
+  meta_gradient.py   MetaGradientAgent: a `meta_loss` that adapts discount and lambda
+  q_learning.py      QLearningAgent: epsilon-greedy acting, prioritized-replay Q updates
+                     (DQN, R2D2; PQN's epsilon-greedy)
+"""
+
+from podracer.kits.actor_critic import ActorCriticAgent
+from podracer.kits.meta_gradient import MetaGradientAgent
+from podracer.kits.q_learning import QLearningAgent
+
+__all__ = ["ActorCriticAgent", "MetaGradientAgent", "QLearningAgent"]
