@@ -13,6 +13,7 @@ and the expected and actual shape and dtype; the launcher prints it and exits 2.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from typing import Any, Dict, Optional, Tuple
 
@@ -113,6 +114,40 @@ def check_network(agent: Any, component: str = "network") -> None:
                         f"observations, but agent {agent_name} needs shape {list(shape)} "
                         f"and dtype {_dtype_name(dtype)} (the environment has "
                         f"{_num_actions(agent.spec)} actions).")
+
+
+def check_objectives(agent: Any) -> None:
+  """The agent's objectives own keys its nets have (`Objective.owns`, top-level keys of
+  `init_nets`' tree, traced, nothing computed), and none owns every key (owns=None) beside
+  another: both optimizers would step the keys they share. ConfigError naming the
+  agent, the objective and the keys there are."""
+  objectives = tuple(getattr(agent, "objectives", ()) or ())
+  if not objectives:
+    return
+  agent_name = type(agent).__name__
+  every = [o.name for o in objectives if o.owns is None]
+  if every and len(objectives) > 1:
+    others = {o.name: list(o.owns) for o in objectives if o.owns is not None}
+    raise ConfigError(
+        f"Agent {agent_name}'s objective(s) {every} own every key of its nets (owns=None) "
+        f"beside {others or 'each other'}: the keys they share would be stepped by both "
+        "objectives' optimizers. Give each objective the top-level nets keys it owns, "
+        "Objective(..., owns=(\"key\", ...)) (a key no objective owns stays fixed).")
+  if not any(o.owns for o in objectives):
+    return
+  nets = jax.eval_shape(agent.init_nets, jax.random.PRNGKey(0))
+  keys = sorted(nets) if isinstance(nets, dict) else []
+  for objective in objectives:
+    missing = [k for k in objective.owns or () if k not in keys]
+    if missing:
+      close = {k: difflib.get_close_matches(k, keys, n=1) for k in missing}
+      hint = "; ".join(f"did you mean '{c[0]}' for '{k}'" for k, c in close.items() if c)
+      raise ConfigError(
+          f"Agent {agent_name}'s objective '{objective.name}' owns {missing}, which its "
+          f"nets do not have: `init_nets` gives " + (
+              f"the top-level keys {keys}" if keys else "no dict of top-level keys") +
+          (f" ({hint})" if hint else "") + ". `Objective.owns` names top-level keys of "
+          "the nets (podracer/learning.py).")
 
 
 def check_policy_lag(agent: Any, max_policy_lag: Optional[int], runtime: str) -> None:

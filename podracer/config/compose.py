@@ -24,14 +24,13 @@ Imports no JAX: the launcher uses it while parsing flags.
 from __future__ import annotations
 
 import difflib
-import inspect
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ml_collections import config_dict
 
 from podracer import registry
 from podracer.errors import ConfigError
-from podracer.registry.build import BUILDER_ARGS
+from podracer.registry.build import BUILDER_ARGS, parameters
 
 # Top-level keys that are not component sections: {key: the module that reads it}.
 # Add a key here when you make a module read it (the lead merges new ones here).
@@ -93,7 +92,7 @@ def agent_sections(params: Mapping[str, Any]) -> Dict[str, registry.Registry]:
 def used_sections(config: Any) -> List[str]:
   """The sections the config's agent and runtime use, in the order a reader expects."""
   agent = registry.agents.get(config.agent.name, key="agent.name")
-  return [*RUN_SECTIONS, *agent_sections(inspect.signature(agent).parameters)]
+  return [*RUN_SECTIONS, *agent_sections(parameters(agent))]
 
 
 def sections_message(config: Any) -> str:
@@ -139,7 +138,7 @@ def section_defaults(reg: registry.Registry, name: str, key: str) -> config_dict
     return config_dict.ConfigDict(dict(name=name, **declared()))
   target = component_target(reg, name, key)
   try:
-    params = inspect.signature(target).parameters
+    params = parameters(target)
   except (TypeError, ValueError):
     params = {}
   skip = set(BUILDER_ARGS)
@@ -243,7 +242,7 @@ def catalogue() -> str:
       line = f"  {name}: {keys or '(no keys)'}"
       if reg is registry.agents:
         target = component_target(reg, name, kind)
-        sections = agent_sections(inspect.signature(target).parameters)
+        sections = agent_sections(parameters(target))
         line += (f"; sections: {', '.join(sections) or 'none'}; actions: "
                  f"{getattr(target, 'action_kind', None) or 'any'}")
       lines.append(line)

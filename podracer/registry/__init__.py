@@ -13,7 +13,7 @@ other than `name` is passed to the factory as keyword arguments (see `build`).
 
 from podracer.registry.registry import (DuplicateComponentError, Registry,
                                         UnknownComponentError)
-from podracer.registry.build import build, check_kwargs
+from podracer.registry.build import build, check_kwargs, parameters
 
 environments = Registry("environment")
 networks = Registry("network")
@@ -38,4 +38,4 @@ ALL = {
 }
 
 __all__ = ["Registry", "UnknownComponentError", "DuplicateComponentError", "build",
-           "check_kwargs", "ALL", *ALL]
+           "check_kwargs", "parameters", "ALL", *ALL]

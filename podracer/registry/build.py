@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from typing import Any, Callable, Iterable, Mapping
 
@@ -13,6 +14,30 @@ from podracer.registry.ranges import out_of_range
 # optimizer's step count, a host environment's batch size and seed): never config keys,
 # so never listed among the keys a section accepts.
 BUILDER_ARGS = ("spec", "total_steps", "num_envs", "seed")
+
+
+def parameters(factory: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+  """The parameters `factory` takes, by name. A class whose constructor takes `*args` or
+  `**kwargs` (a subclass of PPO passing them on to its base's) also takes the parameters
+  of its bases' constructors that it does not name itself, so the config sections the
+  base takes (`network`, `loss`, ...) are the subclass's; its `**kwargs` stays, and with
+  it any key is accepted, as before."""
+  params = dict(inspect.signature(factory).parameters)
+  passes_on = lambda ps: any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ps.values())
+  if not inspect.isclass(factory) or not passes_on(params):
+    return params
+  for base in factory.__mro__[1:]:
+    init = base.__dict__.get("__init__")
+    if base is object:
+      break
+    if init is None:
+      continue
+    inherited = list(inspect.signature(init).parameters.items())[1:]  # not self
+    params.update({k: v for k, v in inherited if k not in params
+                   and v.kind not in (v.VAR_POSITIONAL, v.VAR_KEYWORD)})
+    if not passes_on(dict(inherited)):
+      break
+  return params
 
 
 def _as_dict(section: Any, key: str) -> dict:
@@ -33,7 +58,7 @@ def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, what
   `injected` are the arguments the builder set, left out of the accepted keys listed.
   """
   try:
-    params = inspect.signature(factory).parameters
+    params = parameters(factory)
   except (TypeError, ValueError):
     return
   accepted = [n for n, p in params.items()
@@ -41,9 +66,12 @@ def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, what
   unknown = sorted(set(kwargs) - set(accepted))
   if unknown and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
     configurable = [n for n in accepted if n not in set(injected) | set(BUILDER_ARGS)]
+    close = [f"`{key}.{u}` -> `{key}.{m[0]}`" for u in unknown
+             for m in [difflib.get_close_matches(u, configurable, n=1, cutoff=0.6)] if m]
     raise ConfigError(
         f"Config key(s) {', '.join(f'`{key}.{u}`' for u in unknown)} are not parameters of "
-        f"{what}; it accepts: {', '.join(configurable) or 'nothing'}.")
+        f"{what}; " + (f"did you mean {', '.join(close)}? It" if close else "it") +
+        f" accepts: {', '.join(configurable) or 'nothing'}.")
   missing = [n for n, p in params.items()
              if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
              and (n not in kwargs or kwargs[n] is None and n not in injected)]

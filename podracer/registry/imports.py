@@ -27,12 +27,18 @@ FLAG = "--import"
 CONFIG_KEY = "imports"
 
 _imported: List[str] = []  # What was imported, as given (for the registry's messages).
+_modules: List[str] = []   # ... and the modules' dotted names.
 
 
 def imported() -> Tuple[str, ...]:
   """The imports made so far in this process, in order: dotted modules as given, paths
   made absolute (what SEED's workers are sent)."""
   return tuple(_imported)
+
+
+def imported_modules() -> Tuple[str, ...]:
+  """The dotted names of the modules imported so far (`imported`'s), in order."""
+  return tuple(_modules)
 
 
 def is_path(spec: str) -> bool:
@@ -85,11 +91,26 @@ def import_one(spec: str) -> str:
   recorded = resolve(spec)
   if recorded not in _imported:
     _imported.append(recorded)
+  if name not in _modules:
+    _modules.append(name)
   return name
 
 
+def _package_root(folder: str, name: str) -> Tuple[str, str]:
+  """(the folder to put on sys.path, the dotted name) of module `name` in `folder`: as
+  Python and pytest do, up through every folder that is a package (has __init__.py), so
+  `DIR/myrl/envs` is `myrl.envs` from DIR and its absolute imports of `myrl` work."""
+  while os.path.isfile(os.path.join(folder, "__init__.py")):
+    folder, package = os.path.split(folder)
+    if not package.isidentifier():
+      break
+    name = f"{package}.{name}"
+  return folder, name
+
+
 def _module_name(spec: str) -> str:
-  """Puts the folder of a file or package directory on sys.path; returns its module name."""
+  """Puts the folder of a file or package directory (of its outermost package, where it
+  is inside one) on sys.path; returns its dotted module name."""
   path = os.path.abspath(spec.rstrip("/\\") or spec)
   if not os.path.exists(path):
     raise ConfigError(f"{FLAG}={spec}: {path} does not exist (looked in {os.getcwd()}); "
@@ -102,6 +123,7 @@ def _module_name(spec: str) -> str:
   if not name.isidentifier():
     raise ConfigError(f"{FLAG}={spec}: '{name}' is not a name Python can import (a module "
                       "or package name is letters, digits and underscores); rename it.")
+  folder, name = _package_root(folder, name)
   if folder not in sys.path:
     sys.path.insert(0, folder)
   loaded = sys.modules.get(name)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
+import re
+import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, TypeVar
 
 from podracer.registry import imports
@@ -28,7 +31,7 @@ class UnknownComponentError(ConfigError, KeyError):
     if close:
       msg += " Did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
     msg += f" Registered {plural(kind)}: " + (", ".join(known) if known else "none") + "."
-    super().__init__(msg + " " + _import_hint(kind))
+    super().__init__(msg + " " + (_found_unregistered(kind, name) or _import_hint(kind)))
 
   def __str__(self) -> str:  # KeyError would otherwise quote the message.
     return self.args[0]
@@ -59,6 +62,54 @@ def _import_hint(kind: str) -> str:
           f"that registers it is imported: pass --import=MODULE (a module on the path, a "
           f".py file or a package directory) to podracer.launch, or list it in the config "
           f"file (c.imports = (\"MODULE\",)). {loaded}")
+
+
+def _found_unregistered(kind: str, name: str) -> Optional[str]:
+  """Where `name` is, if an imported module of the user's has it but it is not
+  registered: a function or class of that name whose `@register` was forgotten, or a
+  module under an imported package that registers it but was never imported (found by
+  a text search for `register("name")`). None if neither."""
+  for module_name in imports.imported_modules():
+    for loaded, module in sorted(sys.modules.items()):
+      if module is None or not (loaded == module_name or loaded.startswith(module_name + ".")):
+        continue
+      found = vars(module).get(name)
+      if callable(found) and getattr(found, "__module__", None) == loaded:
+        return (f"Module '{loaded}' defines `{name}` but does not register it: decorate it "
+                f"with `@registry.{_registry_attribute(kind)}.register(\"{name}\")` (or "
+                "call that on it) so that a config can name it.")
+    package = getattr(sys.modules.get(module_name), "__path__", None)
+    for folder in package or ():
+      where = _registering_file(folder, name)
+      if where:
+        sub = module_name + "." + os.path.relpath(where, folder)[:-3].replace(os.sep, ".")
+        sub = sub[:-len(".__init__")] if sub.endswith(".__init__") else sub
+        if sub in sys.modules:
+          continue
+        return (f"Module '{sub}' ({where}) registers '{name}', but nothing imported it: "
+                f"the imported package '{module_name}' does not import it. Pass "
+                f"--import={sub}, or import it in {module_name}'s __init__.py.")
+  return None
+
+
+def _registering_file(folder: str, name: str) -> Optional[str]:
+  pattern = re.compile(r"register\(\s*(name\s*=\s*)?['\"]" + re.escape(name) + r"['\"]",
+                       re.IGNORECASE)
+  for root, _, files in sorted(os.walk(folder)):
+    for file in sorted(f for f in files if f.endswith(".py")):
+      path = os.path.join(root, file)
+      try:
+        with open(path, encoding="utf-8") as f:
+          if pattern.search(f.read()):
+            return path
+      except (OSError, UnicodeDecodeError):
+        continue
+  return None
+
+
+def _registry_attribute(kind: str) -> str:
+  """The `podracer.registry` attribute of a kind: `environments`, `losses`, `replay`."""
+  return kind if kind == "replay" else plural(kind)
 
 
 class DuplicateComponentError(ConfigError, ValueError):

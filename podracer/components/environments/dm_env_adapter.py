@@ -1,7 +1,8 @@
 """Any `dm_env.Environment` as a `HostEnvironment`: the slow fallback, one env at a time.
 
 `factory` names a callable ("module:callable") that returns one dm_env environment; it
-gets `env_kwargs`, and `seed` too when it has a parameter of that name. dm_env already
+gets the section's other keys (`env_kwargs`), and `seed` too when it has a parameter of
+that name (docs/environments.md). dm_env already
 has our convention (the step after LAST starts a new episode and ignores its action);
 we call `reset()` there ourselves, so environments that leave it out work as well.
 `CatchDmEnv` below is a small example, e.g. `factory=

@@ -20,7 +20,14 @@ from podracer.types import StepType, TimeStep, Trajectory
 
 
 class PolicyGradientBatch(NamedTuple):
-  """A flat batch of transitions for an actor-critic loss; every field is [N, ...]."""
+  """A flat batch of transitions for an actor-critic loss; every field is [N, ...].
+
+  `mask` is 0 at an episode's LAST step: its observation is the episode's terminal one,
+  and the action taken there is never stepped (the next step is the next episode's
+  FIRST, which ignores it), so a policy or value loss leaves that row out. The
+  observation itself is real: a loss of observations alone (a predictor, RND's novelty,
+  a world model's reconstruction) should average over every row, unmasked, or it never
+  sees the states that end episodes (a goal, a trap)."""
   observation: jax.Array
   action: jax.Array
   behaviour_log_prob: jax.Array
