@@ -77,7 +77,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.report": ("report", "read_runs", "group_runs", "final_score", "best_member",
                         "interval_estimates", "main"),
     "podracer.meta": ("MetaConfig", "inner_config", "member_program", "generation_program",
-                      "Strategy", "train", "main"),
+                      "evaluation_program", "search_std", "Strategy", "train", "main"),
     "podracer.play": ("play", "load_config", "main"),
     "podracer.lifecycle.video": ("renders", "check_renders", "record", "record_host",
                                  "record_run", "write", "encode", "has_ffmpeg", "FPS"),

@@ -44,6 +44,9 @@ STATE_FILE = "meta_state.npz"
 RECORDS_FILE = "meta.jsonl"
 OBJECTIVE_FILE = "learned_objective.npz"
 EXIT_CONFIG_ERROR = 2
+# The meta keys 0.17.0 added, at what a meta-training before them ran with: one sigma for
+# every parameter, no evaluation of the mean (resuming one takes these flags).
+META_ADDED = {"meta.sigma_clip": 0.1, "meta.eval_every": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,12 +54,16 @@ class MetaConfig:
   """The `meta.*` keys."""
   generations: int = 20
   population: int = 16            # ES members a generation (even: antithetic pairs)
-  sigma: float = 0.1              # the search distribution's standard deviation
+  sigma: float = 0.1              # the search distribution's std over the drift's weights
+  sigma_clip: float = 0.5         # ... over c, the learned log clip scale (wide: its gain
+                                  # lies several tenths away, docs/meta.md)
   learning_rate: float = 0.05     # of Adam on the strategy's mean
   hidden: int = 16                # the drift network's hidden units
   inner_env_steps: int = 0        # each member's training; 0: the config's total_env_steps
   fitness_fraction: float = 0.2   # a member's fitness: its mean return over this last part
   member_seeds: int = 1           # trainings per member (their mean is its fitness)
+  eval_every: int = 5             # generations between evaluations of the mean theta
+                                  # (`mean_theta_fitness`, on held-out seeds); 0: none
   seed: int = 0
 
   @classmethod
@@ -77,7 +84,8 @@ class MetaConfig:
 
   def checked(self) -> "MetaConfig":
     positive = dict(generations=self.generations, population=self.population,
-                    sigma=self.sigma, learning_rate=self.learning_rate, hidden=self.hidden,
+                    sigma=self.sigma, sigma_clip=self.sigma_clip,
+                    learning_rate=self.learning_rate, hidden=self.hidden,
                     member_seeds=self.member_seeds)
     for key, value in positive.items():
       if not value > 0:
@@ -91,6 +99,8 @@ class MetaConfig:
                         "(0, 1].")
     if self.inner_env_steps < 0:
       raise ConfigError("Config key `meta.inner_env_steps` is negative.")
+    if self.eval_every < 0:
+      raise ConfigError("Config key `meta.eval_every` is negative (0: no evaluation).")
     return self
 
 
@@ -196,6 +206,26 @@ def generation_program(experiment: Any, meta: MetaConfig) -> Callable:
   return jax.jit(generation)
 
 
+def evaluation_program(experiment: Any, meta: MetaConfig) -> Callable:
+  """(theta, key) -> (mean fitness, finite) of `meta.population` trainings with the one
+  objective theta, each with seeds of its own: what the search would save, measured."""
+  fitness = member_program(experiment, meta.fitness_fraction)
+
+  def evaluate(theta, key):
+    keys = jax.random.split(key, (meta.population, 2))
+    values, _, finite = jax.vmap(fitness, in_axes=(None, 0, 0))(theta, keys[:, 0],
+                                                                 keys[:, 1])
+    return values.mean(), finite.all()
+  return jax.jit(evaluate)
+
+
+def search_std(meta: MetaConfig, theta: Dict[str, jax.Array]) -> Dict[str, jax.Array]:
+  """The search distribution's std per parameter: `sigma_clip` on the log clip scale c,
+  `sigma` on the drift network's weights."""
+  return {k: jnp.full(jnp.shape(v), meta.sigma_clip if k == "log_clip" else meta.sigma,
+                      jnp.float32) for k, v in theta.items()}
+
+
 class Strategy:
   """evosax's OpenES over theta (antithetic; Adam on the mean), minimizing -fitness."""
 
@@ -208,8 +238,10 @@ class Strategy:
                         "lane has it, the reverb lane's JAX is too old for it).") from None
     self.es = evosax.Open_ES(
         population_size=meta.population, solution=theta, use_antithetic_sampling=True,
-        optimizer=optax.adam(meta.learning_rate),
-        std_schedule=optax.constant_schedule(meta.sigma))
+        optimizer=optax.adam(meta.learning_rate))
+    # A std per parameter, flattened as evosax flattens theta (its ravel of the tree).
+    std = self.es._ravel_solution(search_std(meta, theta))  # pylint: disable=protected-access
+    self.es.std_schedule = optax.constant_schedule(std)
     self.params = self.es.default_params
     self.theta = theta
 
@@ -269,6 +301,7 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
   state, done = load_state(workdir, strategy.init(init_key))
   _write_config(workdir, config, meta)
   generation = generation_program(experiment, meta)
+  evaluate = evaluation_program(experiment, meta) if meta.eval_every else None
   inner_steps = experiment.plan.env_steps_per_round * experiment.runtime.num_calls
   stream.write(f"meta: {meta.population * meta.member_seeds} PPO trainings of "
                f"{inner_steps:,} env steps a generation in one program "
@@ -277,6 +310,8 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
   record: Dict[str, Any] = {}
   for g in range(done, meta.generations):
     state, record = _one_generation(strategy, generation, state, g, root, meta, inner_steps)
+    if evaluate is not None and ((g + 1) % meta.eval_every == 0 or g + 1 == meta.generations):
+      record.update(_evaluated(evaluate, strategy.mean(state), root, g + 1))
     save_state(workdir, state, g + 1)
     _append(workdir, record)
     stream.write(_progress(record) + "\n")
@@ -309,6 +344,14 @@ def _one_generation(strategy, generation, state, g, root, meta, inner_steps):
                      sps=trainings * inner_steps / wall, wall_s=wall)
 
 
+def _evaluated(evaluate: Callable, theta: Any, root: jax.Array, generation: int):
+  """The record's `mean_theta_fitness`: the mean theta's fitness over held-out seeds (a
+  key stream the members' never draw from)."""
+  value, finite = jax.device_get(evaluate(theta, jax.random.fold_in(
+      jax.random.fold_in(root, 2**31 - 1), generation)))
+  return dict(mean_theta_fitness=float(value) if finite else None)
+
+
 def worst_where_nonfinite(fitness: np.ndarray, finite: np.ndarray,
                           generation: int) -> np.ndarray:
   """The fitness the strategy is told: a member whose training ended with non-finite
@@ -328,6 +371,8 @@ def _progress(record: Dict[str, Any]) -> str:
   return (f"generation {record['generation']}: fitness best {record['fitness_best']:.1f} "
           f"mean {record['fitness_mean']:.1f} min {record['fitness_min']:.1f}, "
           + (f"{record['nonfinite']} non-finite, " if record.get("nonfinite") else "")
+          + (f"mean theta {record['mean_theta_fitness']:.1f}, "
+             if record.get("mean_theta_fitness") is not None else "")
           + f"{record['sps']:,.0f} inner env steps/s")
 
 
@@ -346,8 +391,10 @@ def _write_config(workdir: str, config: Any, meta: MetaConfig) -> None:
       before = json.load(f)
     flat = lambda c: dict(runs_lib.flatten(c), **{"meta.generations": None})
     old, new = flat(before), flat(written)
-    # A key a later version added (workdir.ADDED_KEYS) is, where absent, at its default.
-    old = {**{k: v for k, v in workdir_lib.ADDED_KEYS.items() if k not in old}, **old}
+    # A key a later version added (workdir.ADDED_KEYS, META_ADDED) is, where absent, at
+    # the value that version's run had.
+    added = {**workdir_lib.ADDED_KEYS, **META_ADDED}
+    old = {**{k: v for k, v in added.items() if k not in old}, **old}
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if changed:
       raise ConfigError(f"{workdir} holds a meta-training with other settings ("

@@ -5,6 +5,7 @@ from podracer.components.losses.actor_critic import (PolicyGradientBatch, PPOLos
                                                      categorical_log_prob,
                                                      generalized_advantages, normalize,
                                                      policy_gradient_batch, transition_mask)
+from podracer.components.losses.dpo import DPOLoss, dpo_drift
 from podracer.components.losses.learned_policy import (LearnedPolicyLoss, learned_drift,
                                                        load_drift, zero_drift)
 from podracer.components.losses.meta_gradient import (MetaGradient, MetaState,
@@ -18,7 +19,7 @@ from podracer.components.losses.sac import (soft_policy_loss, soft_q_target,
 from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_batch
 
 __all__ = ["PolicyGradientBatch", "PPOLoss", "categorical_entropy", "categorical_log_prob",
-           "clipped_surrogate",
+           "clipped_surrogate", "DPOLoss", "dpo_drift",
            "generalized_advantages", "normalize", "policy_gradient_batch", "transition_mask",
            "LearnedPolicyLoss", "learned_drift", "load_drift", "zero_drift",
            "MetaGradient", "MetaState", "halves_in_time",
