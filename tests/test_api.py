@@ -3,6 +3,7 @@ a change fails here until the record and CHANGELOG.md are updated together."""
 
 import pathlib
 import re
+import sys
 import warnings
 from typing import NamedTuple
 
@@ -145,3 +146,34 @@ def test_python_m_of_a_moved_module_runs_it():
   assert "--num_processes" in result.stdout
   assert "`podracer.launch_local` was renamed `podracer.distributed.launch_local`" in \
       result.stderr
+
+
+def test_the_0_17_renames_keep_the_old_names_working_warning_once(monkeypatch):
+  """launch.run -> launch.launch, Experiment.run -> Experiment.train, Runtime.run ->
+  Runtime.train (tests/test_runtime_interface.py runs a runtime that defines `run`)."""
+  from podracer import experiment, launch  # pylint: disable=import-outside-toplevel
+  from podracer.runtime import Runtime  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(launch, "launch", lambda *args: ("launched", args))
+  monkeypatch.setattr(experiment.Experiment, "train", lambda self, **kw: ("trained", kw))
+
+  class Trains(Runtime):
+    Options = None
+    environment_kind = "jax"
+
+    def __init__(self):  # pylint: disable=super-init-not-called
+      pass
+
+    def train(self, logger, checkpointer=None, evaluation=None):
+      return ("runtime trained", logger, checkpointer)
+
+  cases = [("podracer.launch.run", lambda: launch.run("config", "dir"),
+            ("launched", ("config", "dir", sys.stdout, False))),
+           ("Experiment.run", lambda: experiment.Experiment(None, None, None, None).run(
+               workdir="w"), ("trained", dict(workdir="w"))),
+           ("Runtime.run", lambda: Trains().run("logger", checkpointer="c"),
+            ("runtime trained", "logger", "c"))]
+  for key, call, expected in cases:
+    deprecation._warned.discard(key)
+    with pytest.warns(DeprecationWarning, match=r"was renamed .* in podracer 0\.17\.0; it "
+                      r"keeps working until 0\.19\.0"):
+      assert call() == expected

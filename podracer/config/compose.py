@@ -122,7 +122,7 @@ def check_used(config: Any) -> None:
 def component_target(reg: registry.Registry, name: str, key: str) -> Any:
   """What a section's keys are the arguments of: the component, or a runtime's Options."""
   component = reg.get(name, key=f"{key}.name")
-  return getattr(component, "Options", component) if reg is registry.runtimes else component
+  return component.Options if reg is registry.runtimes else component
 
 
 def accepted_keys(reg: registry.Registry, name: str, key: str) -> List[str]:
