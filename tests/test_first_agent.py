@@ -78,8 +78,10 @@ def clean_registries():
   register_components_and_agents()
   before = {kind: set(reg.names()) for kind, reg in registry.ALL.items()}
   modules, imported = set(sys.modules), list(imports._imported)  # pylint: disable=protected-access
+  dotted = list(imports._modules)  # pylint: disable=protected-access
   yield
   imports._imported[:] = imported  # pylint: disable=protected-access
+  imports._modules[:] = dotted  # pylint: disable=protected-access
   for kind, reg in registry.ALL.items():
     for name in set(reg.names()) - before[kind]:
       reg.unregister(name)

@@ -18,6 +18,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = "examples/rnd/configs.py"
 
 
+@pytest.fixture(autouse=True)
+def _registries_as_found():
+  """The example's components leave the registries, and its module sys.modules, after
+  each test: other tests of this process see only podracer's own (tests/test_readme.py
+  lists those)."""
+  import sys  # pylint: disable=import-outside-toplevel
+  from podracer import registry  # pylint: disable=import-outside-toplevel
+  from podracer.registry import imports  # pylint: disable=import-outside-toplevel
+  imported = (list(imports._imported), list(imports._modules))  # pylint: disable=protected-access
+  yield
+  imports._imported[:], imports._modules[:] = imported  # pylint: disable=protected-access
+  registry.environments.unregister("deep_sea")
+  registry.networks.unregister("rnd_actor_critic")
+  registry.agents.unregister("ppo_rnd")
+  sys.modules.pop("rnd", None)
+
+
 def _config(name, **overrides):
   c = config_files.load(f"{CONFIGS}:{name}")
   with c.unlocked():
