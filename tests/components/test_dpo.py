@@ -55,12 +55,8 @@ def _tiny(config, steps):
   return config
 
 
-# Anakin's in CI; Sebulba's and SEED's (the same agent and loss, stepped by their threads)
-# in the extended tier, for CI's time.
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [
-    "catch_anakin", pytest.param("cartpole_sebulba", marks=pytest.mark.extended),
-    pytest.param("cartpole_seed", marks=pytest.mark.extended)])
+@pytest.mark.parametrize("name", ["catch_anakin", "cartpole_sebulba", "cartpole_seed"])
 def test_dpo_at_its_constants_trains_under_every_runtime(name):
   from agents.ppo import config as ppo_config  # pylint: disable=import-outside-toplevel
   from tests.test_sebulba import one_device  # pylint: disable=import-outside-toplevel
