@@ -121,6 +121,7 @@ def check_objectives(agent: Any) -> None:
   `init_nets`' tree, traced, nothing computed), and none owns every key (owns=None) beside
   another: both optimizers would step the keys they share. ConfigError naming the
   agent, the objective and the keys there are."""
+  # As check_network: an agent that does not derive from `Agent` declares none to check.
   objectives = tuple(getattr(agent, "objectives", ()) or ())
   if not objectives:
     return

@@ -170,3 +170,9 @@ def test_a_huber_loss_beside_a_frequently_copied_target_is_warned_of(capsys):
   c.agent.target_update_period = 500
   builder.build(c)
   assert "huber_delta" not in capsys.readouterr().err
+
+
+def test_the_forgotten_register_hint_names_each_kinds_registry_attribute():
+  from podracer.registry.registry import _registry_attribute  # pylint: disable=import-outside-toplevel
+  assert {attr: _registry_attribute(reg.kind) for attr, reg in registry.ALL.items()} == {
+      attr: attr for attr in registry.ALL}

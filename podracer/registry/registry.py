@@ -107,9 +107,14 @@ def _registering_file(folder: str, name: str) -> Optional[str]:
   return None
 
 
+# The `podracer.registry` attributes whose name is not their kind's plural (registry/__init__.py).
+_ATTRIBUTES = {"replay": "replay", "device topology": "topologies"}
+
+
 def _registry_attribute(kind: str) -> str:
-  """The `podracer.registry` attribute of a kind: `environments`, `losses`, `replay`."""
-  return kind if kind == "replay" else plural(kind)
+  """The `podracer.registry` attribute of a kind: `environments`, `losses`, `replay`,
+  `topologies`."""
+  return _ATTRIBUTES.get(kind, plural(kind))
 
 
 class DuplicateComponentError(ConfigError, ValueError):
