@@ -7,3 +7,4 @@ from agents import ppo  # noqa: F401
 from agents import pqn  # noqa: F401
 from agents import r2d2  # noqa: F401
 from agents import sac  # noqa: F401
+from agents import td3  # noqa: F401

@@ -30,7 +30,7 @@ from podracer.errors import ConfigError
 from podracer.experiment import Experiment, log_options
 from podracer.lifecycle import guards, video
 from podracer.registry import imports
-from podracer.types import ACTION_MASK, action_mask
+from podracer.types import ACTION_MASK, DiscreteSpec, action_mask
 
 REQUIRED_KEYS = ("seed", "total_env_steps", "env", "runtime", "topology", "agent")
 
@@ -122,6 +122,7 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
   _check_action_kind(config, factory, spec)
   _check_action_mask(config, factory, spec)
   params = registry.parameters(factory)
+  _check_distribution_section(config, params, spec)
   injected: Dict[str, Any] = {"spec": spec}
   if "total_updates" in params:  # Schedules over the run's updates (PQN's epsilon).
     injected["total_updates"] = total_updates
@@ -136,7 +137,8 @@ def build_agent(config: Any, spec: Any, total_updates: int) -> Any:
       raise ConfigError(f"Agent '{config.agent.name}' needs the section `{name}` in the "
                         f"config (`{name}.name` is one of: {', '.join(reg.names())}).")
     extra: Dict[str, Any] = {}
-    if reg is registry.networks:
+    if reg is registry.networks or (reg in (registry.distributions, registry.normalizers)
+                                    and _declares(reg, config[name], "spec")):
       extra["spec"] = spec
     if reg is registry.optimizers:
       extra["total_steps"] = _optimizer_steps(factory, agent_kwargs, name, total_updates)
@@ -168,6 +170,26 @@ def _check_action_kind(config: Any, factory: Any, spec: Any) -> None:
       f"environment '{config.env.name}' (`env.name`) has {has}; choose an environment with "
       f"{wanted} actions, or an agent for {'discrete' if discrete else 'continuous'} ones "
       f"(registered agents and their kinds: `python -m podracer.launch --list`).")
+
+
+def _check_distribution_section(config: Any, params: Any, spec: Any) -> None:
+  """An agent acting through a `distribution` section (the actor-critic kit's) on
+  continuous actions needs a continuous one: said before any other section is built
+  (the network's error would not name the fix)."""
+  if "distribution" not in params or isinstance(spec.action, DiscreteSpec):
+    return
+  section = config.get("distribution")
+  name = section.get("name") if section is not None else None
+  if name not in (None, "categorical"):
+    return
+  raise ConfigError(
+      f"Agent '{config.agent.name}' acts through its `distribution` section "
+      f"('categorical'{', the default' if name is None else ''}), but environment "
+      f"'{config.env.name}' (`env.name`) has continuous actions of shape "
+      f"{list(spec.action.shape)}: add a Gaussian, `distribution.name` tanh_normal "
+      "(Brax's) or normal (CleanRL's), with a network that gives its parameters "
+      "(`network.name` gaussian_actor_critic); PPO's pendulum_anakin and brax_anakin "
+      "configs have both.")
 
 
 def _check_action_mask(config: Any, factory: Any, spec: Any) -> None:

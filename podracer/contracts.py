@@ -175,9 +175,12 @@ def check_policy_lag(agent: Any, max_policy_lag: Optional[int], runtime: str) ->
       "(any lag) or the largest lag it corrects.")
 
 
-def actor_critic_outputs(spec: Any, batch_size: int) -> Dict[str, Tuple[Tuple[int, ...], Any]]:
-  """What an actor-critic agent reads: logits [B, num_actions] and value [B], floats."""
-  return dict(logits=((batch_size, _num_actions(spec)), np.floating),
+def actor_critic_outputs(spec: Any, batch_size: int, num_params: Optional[int] = None
+                         ) -> Dict[str, Tuple[Tuple[int, ...], Any]]:
+  """What an actor-critic agent reads: the policy's parameters [B, num_params] (logits
+  [B, num_actions] by default) and value [B], floats."""
+  width = _num_actions(spec) if num_params is None else num_params
+  return dict(logits=((batch_size, width), np.floating),
               value=((batch_size,), np.floating))
 
 

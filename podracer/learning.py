@@ -237,7 +237,8 @@ def minibatch_epochs(objectives: Sequence[Objective], nets: PyTree, opt_state: D
                      batch: PyTree, key: jax.Array, *, num_epochs: int, num_minibatches: int
                      ) -> Tuple[PyTree, Dict[str, PyTree], Metrics]:
   """`num_epochs` passes over `batch` ([N, ...] leaves), each in `num_minibatches` shuffled
-  gradient steps (PPO's update); metrics are their means over all the steps.
+  gradient steps (PPO's update), each step's loss with a key of its own; metrics are
+  their means over all the steps.
 
   The metrics are summed in the loop's carry as one vector rather than stacked per step:
   on small batches each extra op in the loop body costs as much as the math.
@@ -252,15 +253,16 @@ def minibatch_epochs(objectives: Sequence[Objective], nets: PyTree, opt_state: D
   metrics_shape = jax.eval_shape(
       lambda: gradient_step(objectives, nets, opt_state,
                             jax.tree.map(lambda x: x[:num_examples // num_minibatches], batch),
-                            None)[2])
+                            key)[2])
   names = sorted(metrics_shape)
   if any(metrics_shape[k].shape for k in names):
     raise ValueError(f"minibatch_epochs averages scalar metrics; the loss returned shapes "
                      f"{ {k: metrics_shape[k].shape for k in names} }.")
 
-  def minibatch_step(carry, minibatch):
+  def minibatch_step(carry, inputs):
     nets, opt_state, total = carry
-    nets, opt_state, metrics = gradient_step(objectives, nets, opt_state, minibatch, None)
+    minibatch, step_key = inputs
+    nets, opt_state, metrics = gradient_step(objectives, nets, opt_state, minibatch, step_key)
     total = total + jax.numpy.stack([metrics[k].astype(total.dtype) for k in names])
     return (nets, opt_state, total), None
 
@@ -268,7 +270,10 @@ def minibatch_epochs(objectives: Sequence[Objective], nets: PyTree, opt_state: D
     order = jax.random.permutation(epoch_key, num_examples)
     minibatches = jax.tree.map(
         lambda x: x[order].reshape(num_minibatches, -1, *x.shape[1:]), batch)
-    return jax.lax.scan(minibatch_step, carry, minibatches)[0], None
+    # Each step's key (a loss's sampled estimate: a tanh-normal's entropy), apart from
+    # the permutation's.
+    step_keys = jax.random.split(jax.random.fold_in(epoch_key, 1), num_minibatches)
+    return jax.lax.scan(minibatch_step, carry, (minibatches, step_keys))[0], None
 
   total = jax.numpy.zeros((len(names),), jax.numpy.float32)
   (nets, opt_state, total), _ = jax.lax.scan(epoch, (nets, opt_state, total),

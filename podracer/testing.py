@@ -148,7 +148,7 @@ def rollout(env: Environment, num_envs: int, num_steps: int, seed: int = 0,
   def act(timestep, key):
     if policy is not None:
       return policy(timestep, key)
-    return jax.random.randint(key, (num_envs,), 0, spec.action.num_values)
+    return _random_actions(spec, key, (num_envs,))
 
   def body(carry, key):
     state, timestep = carry
@@ -173,11 +173,19 @@ def fake_trajectory(spec: EnvSpec, num_envs: int = 2, length: int = 5, seed: int
   random actions, no actor state and zero `extras` of the given per-step shapes (what an
   agent's `act` returns: log-probs, values, search policies)."""
   timesteps, _ = rollout(FakeEnvironment(spec, episode_length), num_envs, length - 1, seed)
-  actions = jax.random.randint(jax.random.PRNGKey(seed + 1), (length, num_envs), 0,
-                               spec.action.num_values)
+  actions = _random_actions(spec, jax.random.PRNGKey(seed + 1), (length, num_envs))
   zeros = {k: jnp.zeros((length, num_envs, *shape), jnp.float32)
            for k, shape in (extras or {}).items()}
-  return Trajectory(timesteps, (), actions.astype(jnp.int32), zeros)
+  return Trajectory(timesteps, (), actions, zeros)
+
+
+def _random_actions(spec: EnvSpec, key: jax.Array, batch: Tuple[int, ...]) -> jax.Array:
+  """Uniformly random actions of `spec`: int32 indices, or floats within the bounds."""
+  if isinstance(spec.action, DiscreteSpec):
+    return jax.random.randint(key, batch, 0, spec.action.num_values).astype(jnp.int32)
+  low, high = (np.broadcast_to(np.asarray(b, np.float32), spec.action.shape)
+               for b in (spec.action.minimum, spec.action.maximum))
+  return jax.random.uniform(key, (*batch, *spec.action.shape), jnp.float32, low, high)
 
 
 # -- networks and updates -------------------------------------------------------------------

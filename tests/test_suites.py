@@ -1,6 +1,9 @@
 """The JAX suites' adapters (Craftax, JAXtari, Jumanji, Navix, XLand-MiniGrid, Pgx): their steps
 and episode ends, a missing or changed suite named, and PPO learning one small task of
-each as a user's command runs it, over 3 seeds in one program.
+each as a user's command runs it, over 3 seeds in one program. CI runs Navix's and
+XLand-MiniGrid's learning (about a minute each); Tic-tac-toe's, Snake's, Pong's (2 to 7
+minutes each on CI's 2 cores beside the other lane) and Craftax's are in the extended tier,
+each suite's stepping in CI.
 
 The default lane installs every suite (extra `suites`); the reverb lane runs none of
 these tests (its jax 0.4.34 is too old for them)."""
@@ -190,6 +193,7 @@ def test_ppo_solves_xland_minigrid_empty_5x5_over_3_seeds(tmp_path):
   assert_reached_and_held(records, 3, held_each=0.9)
 
 
+@pytest.mark.extended
 @pytest.mark.learning
 def test_ppo_beats_a_random_tictactoe_player_over_3_seeds(tmp_path):
   """Against a uniformly random opponent, seats drawn per game: random play scores 0.02
@@ -199,6 +203,7 @@ def test_ppo_beats_a_random_tictactoe_player_over_3_seeds(tmp_path):
   assert_reached_and_held(records, 3, held_each=0.7)
 
 
+@pytest.mark.extended
 @pytest.mark.learning
 def test_ppo_eats_four_times_random_on_jumanji_snake_over_3_seeds(tmp_path):
   """8x8 Snake, 400 steps: random legal play eats 3.1 fruits an episode (PPO at learning
@@ -209,6 +214,7 @@ def test_ppo_eats_four_times_random_on_jumanji_snake_over_3_seeds(tmp_path):
   assert_reached_and_held(records, 3, held_each=12.4)
 
 
+@pytest.mark.extended
 @pytest.mark.learning
 def test_ppo_wins_jaxtari_pong_from_objects_over_2_seeds(tmp_path):
   """Pong reimplemented in JAX, under Anakin: random play scores -19.6 a game (21 points

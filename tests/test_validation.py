@@ -44,9 +44,10 @@ BAD_INPUTS = {
                                    "`runtime.num_envs_per_device`"),
     "discrete agent, continuous actions": (["--config=agents/ppo/config.py:cartpole_anakin",
                                             "--config.env=pendulum"],
-                                           "Agent 'ppo' takes discrete actions (its "
-                                           "`action_kind`), but environment 'pendulum' "
-                                           "(`env.name`) has continuous actions of shape [1]"),
+                                           "Agent 'ppo' acts through its `distribution` "
+                                           "section ('categorical', the default), but "
+                                           "environment 'pendulum' (`env.name`) has "
+                                           "continuous actions of shape [1]"),
     "continuous agent, discrete actions": (["--config=agents/sac/config.py:pendulum_anakin",
                                             "--config.env=cartpole"],
                                            "Agent 'sac' takes continuous actions (its "

@@ -15,7 +15,7 @@ import optax
 
 from podracer import registry
 from podracer.agent import legal
-from podracer.components.losses import vtrace_batch
+from podracer.components.losses import learned_action, vtrace_batch
 from podracer.kits import ActorCriticAgent
 from podracer.learning import Objective, gradient_step
 from podracer.registry.ranges import Probability
@@ -29,9 +29,12 @@ class IMPALA(ActorCriticAgent):
 
   def __init__(self, spec: EnvSpec, network: hk.Transformed, loss: Any,
                optimizer: optax.GradientTransformation,
-               discount: Annotated[float, Probability] = 0.99, meta_loss: Any = None):
-    super().__init__(spec, network, [Objective("impala", self._loss, optimizer)])
-    self.loss = loss
+               discount: Annotated[float, Probability] = 0.99, meta_loss: Any = None,
+               distribution: Any = None, observation_normalizer: Any = None,
+               reward_normalizer: Any = None):
+    super().__init__(spec, network, [Objective("impala", self._loss, optimizer)], loss=loss,
+                     distribution=distribution, observation_normalizer=observation_normalizer,
+                     reward_normalizer=reward_normalizer)
     self.discount = discount
     self.meta_loss = meta_loss  # Adapts discount and V-trace's lambda online, if given.
 
@@ -42,19 +45,18 @@ class IMPALA(ActorCriticAgent):
     return {"discount": self.discount, "lambda": self.loss.lambda_}
 
   def learning_batch(self, trajectory: Trajectory, values):
-    return trajectory, vtrace_batch(trajectory.timestep, trajectory.action,
+    return trajectory, vtrace_batch(trajectory.timestep, learned_action(trajectory),
                                     trajectory.extras["log_prob"],
                                     discount=values["discount"]), values["lambda"]
 
   def update(self, nets, opt, experience: Trajectory, key):
-    trajectory, opt, shaped = self.shape_trajectory(nets, opt, experience)
+    nets, opt, trajectory, shaped = self.prepare(nets, opt, experience)
     values, opt, meta = self.adapted(nets, opt, trajectory)
     nets, opt, metrics = gradient_step(self.objectives, nets, opt,
                                        self.learning_batch(trajectory, values), key)
     return nets, opt, experience, {**metrics, **meta, **shaped}
 
   def _loss(self, nets, learning_batch, key):
-    del key
     experience, batch, lambda_ = learning_batch
     time_and_batch = experience.action.shape[:2]
     # Feedforward nets see T+1 steps of B envs as one batch of (T+1)*B observations.
@@ -63,4 +65,4 @@ class IMPALA(ActorCriticAgent):
     out = self.network.apply(nets, flat)
     logits = legal(out.logits, flat).reshape(*time_and_batch, -1)
     values = out.value.reshape(time_and_batch)
-    return self.loss(logits[:-1], values, batch, lambda_=lambda_)
+    return self.loss(self.policy_input(logits[:-1], key), values, batch, lambda_=lambda_)

@@ -31,9 +31,12 @@ class PPO(ActorCriticAgent):
                optimizer: optax.GradientTransformation,
                discount: Annotated[float, Probability] = 0.99,
                gae_lambda: Annotated[float, Probability] = 0.95,
-               num_epochs: int = 4, num_minibatches: int = 4, meta_loss: Any = None):
-    super().__init__(spec, network, [Objective("ppo", self._loss, optimizer)])
-    self.loss = loss
+               num_epochs: int = 4, num_minibatches: int = 4, meta_loss: Any = None,
+               distribution: Any = None, observation_normalizer: Any = None,
+               reward_normalizer: Any = None):
+    super().__init__(spec, network, [Objective("ppo", self._loss, optimizer)], loss=loss,
+                     distribution=distribution, observation_normalizer=observation_normalizer,
+                     reward_normalizer=reward_normalizer)
     self.discount = discount
     self.gae_lambda = gae_lambda
     self.num_epochs = num_epochs
@@ -55,7 +58,7 @@ class PPO(ActorCriticAgent):
     return policy_gradient_batch(trajectory, values["discount"], values["lambda"])
 
   def update(self, nets, opt, experience: Trajectory, key):
-    trajectory, opt, shaped = self.shape_trajectory(nets, opt, experience)
+    nets, opt, trajectory, shaped = self.prepare(nets, opt, experience)
     values, opt, meta = self.adapted(nets, opt, trajectory)
     nets, opt, metrics = minibatch_epochs(
         self.objectives, nets, opt, self.learning_batch(trajectory, values), key,
@@ -63,6 +66,6 @@ class PPO(ActorCriticAgent):
     return nets, opt, experience, {**metrics, **meta, **shaped}
 
   def _loss(self, nets, minibatch: PolicyGradientBatch, key):
-    del key
     out = self.network.apply(nets, minibatch.observation)
-    return self.loss(legal(out.logits, minibatch.observation), out.value, minibatch)
+    policy = self.policy_input(legal(out.logits, minibatch.observation), key)
+    return self.loss(policy, out.value, minibatch)

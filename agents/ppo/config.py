@@ -236,6 +236,74 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
   return presets.pixel_catch_anakin(_atari_agent(_base()), calls=16)  # 81,920 steps
 
 
+def _continuous(c: config_dict.ConfigDict, distribution: str) -> config_dict.ConfigDict:
+  """PPO's sections for continuous actions: a Gaussian policy (`distribution`) with its
+  network, and observations normalised by running statistics."""
+  c.distribution = presets.section(distribution)
+  c.observation_normalizer = presets.section("running_mean_std", clip=10.0)
+  return c
+
+
+def pendulum_anakin() -> config_dict.ConfigDict:
+  """PPO on Pendulum in JAX with CleanRL's continuous-PPO settings (a diagonal normal
+  with a learned log-std, clipped to the bounds; 64 x 64 tanh torsos; observations
+  normalised; 10 epochs of 32 minibatches; no entropy bonus), 8 environments of 256 steps
+  per update, rewards scaled by 0.1."""
+  c = _continuous(_base(), "normal")
+  c.total_env_steps = 500_000
+  c.env = presets.section("pendulum", max_episode_steps=200)
+  c.agent.num_epochs, c.agent.num_minibatches = 10, 32
+  c.network = presets.section("gaussian_actor_critic", policy_sizes=(64, 64),
+                              value_sizes=(64, 64), activation="tanh", w_init="orthogonal",
+                              state_dependent_std=False, init_scale=0.0)
+  c.loss.entropy_coef = 0.0
+  c.optimizer.learning_rate = 3e-4
+  c.reward_normalizer = presets.section("reward_scale", scale=0.1)
+  return presets.anakin(c, num_envs_per_device=8, rollout_length=256, updates_per_call=4)
+
+
+def brax_anakin() -> config_dict.ConfigDict:
+  """PPO on a Brax task (`env.env_name`, default `inverted_pendulum`) at the settings of
+  Brax's training notebook: a tanh-squashed normal (its scale from the policy's last
+  layer), policy 4 x 32 and value 5 x 256 swish MLPs, observations normalised, rewards
+  scaled by 10, discount 0.97, GAE 0.95, clip 0.3, entropy 1e-2, learning rate 3e-4,
+  2,048 environments, 32 minibatches x 4 epochs per 163,840 steps (16 unrolls of 5 steps
+  in Brax; here one rollout of 80, its GAE over the 80)."""
+  c = _continuous(_base(), "tanh_normal")
+  c.total_env_steps = 983_040  # 6 updates of 163,840 steps.
+  c.env = presets.section("brax", env_name="inverted_pendulum", backend="generalized",
+                          episode_length=1000)
+  c.agent.discount, c.agent.gae_lambda = 0.97, 0.95
+  c.agent.num_epochs, c.agent.num_minibatches = 4, 32
+  c.network = presets.section("gaussian_actor_critic", policy_sizes=(32, 32, 32, 32),
+                              value_sizes=(256, 256, 256, 256, 256), activation="swish",
+                              w_init="lecun_uniform", state_dependent_std=True,
+                              init_scale=0.0)
+  c.loss = presets.section("ppo", clip_epsilon=0.3, value_coef=0.5, entropy_coef=0.01,
+                           clip_value=False, normalize_advantages=True)
+  c.optimizer = presets.section("adam", learning_rate=3e-4, eps=1e-8,
+                                max_grad_norm=config_dict.placeholder(float), anneal=False)
+  c.reward_normalizer = presets.section("reward_scale", scale=10.0)
+  return presets.anakin(c, num_envs_per_device=2048, rollout_length=80, updates_per_call=1)
+
+
+def mujoco_sebulba() -> config_dict.ConfigDict:
+  """PPO on EnvPool's HalfCheetah-v4 under Sebulba with CleanRL's continuous-PPO settings
+  (`pendulum_anakin`'s agent; 2,048 steps per update, here 8 environments x 256, 1M
+  steps); `--config.env.task_id=` swaps the task (InvertedPendulum-v4, Hopper-v4...)."""
+  c = pendulum_anakin()
+  c.total_env_steps = 1_000_000
+  c.optimizer.anneal = True
+  return presets.sebulba(c, presets.envpool("HalfCheetah-v4"), num_envs_per_actor=8,
+                         rollout_length=256, max_policy_lag=1)
+
+
+def mujoco_seed() -> config_dict.ConfigDict:
+  """mujoco_sebulba under SEED: 2 worker processes of 8 environments, a learner batch of
+  one worker's rollouts."""
+  return presets.seed(mujoco_sebulba(), num_local_workers=2, envs_per_worker=8)
+
+
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "cartpole_sebulba": cartpole_sebulba, "pong_sebulba": pong_sebulba,
            "cartpole_seed": cartpole_seed, "pong_seed": pong_seed,
@@ -245,7 +313,8 @@ CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "tictactoe_anakin": tictactoe_anakin, "snake_anakin": snake_anakin,
            "craftax_anakin": craftax_anakin, "pong_anakin": pong_anakin,
            "memory_anakin": memory_anakin,
-           "memory_ff_anakin": memory_ff_anakin, "memory_sebulba": memory_sebulba}
-
+           "memory_ff_anakin": memory_ff_anakin, "memory_sebulba": memory_sebulba,
+           "pendulum_anakin": pendulum_anakin, "brax_anakin": brax_anakin,
+           "mujoco_sebulba": mujoco_sebulba, "mujoco_seed": mujoco_seed}
 
 get_config = presets.getter("PPO", CONFIGS, default="cartpole_anakin")

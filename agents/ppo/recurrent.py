@@ -51,10 +51,10 @@ class RecurrentPPO(PPO):
     return sequences(trajectory, values["discount"], values["lambda"])
 
   def _loss(self, nets, minibatch, key):
-    del key
     batch, reset, state = minibatch  # [b, T, ...] sequences of b environments
     batch = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch)
     out, _ = self.network.unroll(nets, batch.observation, state, jnp.swapaxes(reset, 0, 1))
     flat = lambda x: x.reshape(-1, *x.shape[2:])
     logits = legal(out.logits, batch.observation)
-    return self.loss(flat(logits), flat(out.value), jax.tree.map(flat, batch))
+    return self.loss(self.policy_input(flat(logits), key), flat(out.value),
+                     jax.tree.map(flat, batch))

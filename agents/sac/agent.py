@@ -10,14 +10,13 @@ The target critic is a Polyak average of the critic (rate `tau`), owned by no op
 it lives in the learner state (`podracer.learning.TargetState`), as R2D2's and MuZero's
 target networks do, and the critic's loss gets it with the batch.
 
-Experience is single transitions in a uniform replay (`replay.priority_exponent=0`).
-Transitions out of a LAST step (whose action the environment ignored) go in with
-priority 0, so they are never sampled.
+Experience is single transitions in a uniform replay (`replay.priority_exponent=0`), the
+transition-replay kit's (podracer/kits/transition_replay.py), as TD3's.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NamedTuple, Optional, Tuple
+from typing import Annotated, Any, Optional, Tuple
 
 import haiku as hk
 import jax
@@ -26,45 +25,21 @@ import numpy as np
 import optax
 
 from podracer import registry
-from podracer.agent import Agent, dummy_observation
+from podracer.agent import dummy_observation
 from podracer.components.losses import (soft_policy_loss, soft_q_target, temperature_loss,
                                         twin_q_loss)
 from podracer.components.networks import GaussianPolicyNetwork
+from podracer.kits.transition_replay import Transition, TransitionReplayAgent, transitions
 from podracer.learning import Objective, gradient_step, update_target, with_target
 from podracer.registry.ranges import Fraction, Positive, Probability
-from podracer.types import ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory
+from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep
 
-
-class Transition(NamedTuple):
-  """One step of one environment, as the replay keeps it."""
-  observation: Any
-  action: jax.Array
-  reward: jax.Array         # the reward that arrived with next_observation
-  discount: jax.Array       # the environment's: 0 at termination, else 1
-  next_observation: Any
-
-
-def transitions(trajectory: Trajectory):
-  """A [T+1, B] trajectory -> T*B transitions, and whether each is real ([T*B] bool).
-
-  A transition out of a LAST step is not: the next step is a reset that ignored the action.
-  """
-  flat = lambda x: x.reshape(-1, *x.shape[2:])
-  timestep = trajectory.timestep
-  items = Transition(
-      observation=jax.tree.map(lambda x: flat(x[:-1]), timestep.observation),
-      action=flat(trajectory.action[:-1]),
-      reward=flat(timestep.reward[1:]),
-      discount=flat(timestep.discount[1:]),
-      next_observation=jax.tree.map(lambda x: flat(x[1:]), timestep.observation))
-  return items, flat(timestep.step_type[:-1] != StepType.LAST)
+__all__ = ["SAC", "Transition", "transitions"]
 
 
 @registry.agents.register("sac")
-class SAC(Agent):
+class SAC(TransitionReplayAgent):
   """Soft actor-critic with twin Q critics and a learned temperature."""
-
-  action_kind = "continuous"
 
   def __init__(self, spec: EnvSpec, actor_network: GaussianPolicyNetwork,
                critic_network: hk.Transformed,
@@ -80,9 +55,7 @@ class SAC(Agent):
         Objective("actor", self._actor_loss, actor_optimizer, owns=("actor",)),
         Objective("alpha", self._alpha_loss, alpha_optimizer, owns=("log_alpha",)))
     super().__init__(spec, objectives=objectives, replay=replay)
-    if getattr(replay, "kind", None) != "device" or replay.priority_exponent != 0:
-      raise ValueError("SAC replays transitions uniformly from the device replay: use "
-                       "`replay.name=device` with `replay.priority_exponent=0`.")
+    self.check_replay(replay)
     if not 0 < tau <= 1 or not initial_alpha > 0:
       raise ValueError(f"`agent.tau` must be in (0, 1] and `agent.initial_alpha` > 0, got "
                        f"{tau} and {initial_alpha}.")
@@ -118,38 +91,13 @@ class SAC(Agent):
     del key  # The squashed Gaussian's mean.
     return ActorOutput(self.actor.mode(nets["actor"], timestep.observation), {}), actor_state
 
-  def replay_items(self, trajectory: Trajectory) -> Transition:
-    return transitions(trajectory)[0]
+  # -- learning (replay and its pace: the kit's) -----------------------------------
 
-  def observe(self, experience, trajectory: Trajectory):
-    items, real = transitions(trajectory)
-    return self.replay.add(experience, items, priorities=real.astype(jnp.float32))
-
-  # -- learning --------------------------------------------------------------------
-
-  def update(self, nets, opt, experience, key):
-    def learn(args):
-      nets, opt, experience = args
-      sample_key, step_key = jax.random.split(key)
-      sample = self.replay.sample(experience, sample_key)
-      nets, optimizer, metrics = gradient_step(self.objectives, nets, opt.optimizer,
-                                               (sample.items, opt.target), step_key)
-      opt = update_target(opt, optimizer, nets["critic"], tau=self.tau)
-      # Priorities stay 1 (uniform replay); this counts the samples for the replay's
-      # rate metrics.
-      experience = self.replay.update_priorities(
-          experience, sample, jnp.ones_like(sample.probabilities))
-      metrics = dict(metrics, alpha=jnp.exp(nets["log_alpha"]), learning=jnp.float32(1.0))
-      return (nets, opt, experience), metrics
-
-    def wait(args):
-      shapes = jax.eval_shape(learn, args)[1]
-      return args, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-    (nets, opt, experience), metrics = jax.lax.cond(
-        self.replay.can_sample(experience), learn, wait, (nets, opt, experience))
-    metrics["replay_size"] = self.replay.size(experience).astype(jnp.float32)
-    return nets, opt, experience, metrics
+  def learn(self, nets, opt, items: Transition, key):
+    nets, optimizer, metrics = gradient_step(self.objectives, nets, opt.optimizer,
+                                             (items, opt.target), key)
+    opt = update_target(opt, optimizer, nets["critic"], tau=self.tau)
+    return nets, opt, dict(metrics, alpha=jnp.exp(nets["log_alpha"]))
 
   def _critic_loss(self, nets, batch: Tuple[Transition, PyTree], key):
     batch, target_critic = batch

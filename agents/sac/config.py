@@ -11,11 +11,6 @@ from ml_collections import config_dict
 from podracer.config import presets
 
 
-def _adam(learning_rate: float) -> config_dict.ConfigDict:
-  return presets.section("adam", learning_rate=learning_rate, eps=1e-8,
-                         max_grad_norm=config_dict.placeholder(float), anneal=False)
-
-
 def _base(total_env_steps: int) -> config_dict.ConfigDict:
   c = presets.experiment(total_env_steps)
   c.agent = presets.section("sac", discount=0.99, tau=0.005, initial_alpha=1.0,
@@ -25,14 +20,12 @@ def _base(total_env_steps: int) -> config_dict.ConfigDict:
   c.actor_network = presets.section("gaussian_policy", hidden_sizes=(64, 64),
                                     activation="relu", log_std_min=-5.0, log_std_max=2.0)
   c.critic_network = presets.section("twin_q", hidden_sizes=(64, 64), activation="relu")
-  c.actor_optimizer = _adam(3e-4)
-  c.critic_optimizer = _adam(1e-3)
-  c.alpha_optimizer = _adam(3e-4)
-  # Uniform transition replay (priority exponent 0) holding the whole run; the runtime
-  # sets the pace (one update per 8 env steps), so no samples-per-insert limit.
-  c.replay = presets.replay("device", batch_size=256, max_size=100_000, min_size=1_000,
-                            samples_per_insert=None)
-  c.replay.priority_exponent = 0.0
+  c.actor_optimizer = presets.plain_adam(3e-4)
+  c.critic_optimizer = presets.plain_adam(1e-3)
+  c.alpha_optimizer = presets.plain_adam(3e-4)
+  # Uniform transition replay holding the whole run; the runtime sets the pace (one
+  # update per 8 env steps).
+  c.replay = presets.transition_replay(max_size=100_000, min_size=1_000)
   return c
 
 
@@ -63,7 +56,25 @@ def pendulum_sebulba() -> config_dict.ConfigDict:
   return c
 
 
+def pendulum_seed() -> config_dict.ConfigDict:
+  """pendulum_sebulba under SEED: 2 worker processes of 8 environments."""
+  return presets.seed(pendulum_sebulba(), num_local_workers=2, envs_per_worker=8)
+
+
+def mujoco_sebulba() -> config_dict.ConfigDict:
+  """SAC on EnvPool's HalfCheetah-v4 under Sebulba at CleanRL's sizes (256 x 256, 5K
+  steps before learning), one update per env step."""
+  c = _base(total_env_steps=300_000)
+  c.actor_network.hidden_sizes = c.critic_network.hidden_sizes = (256, 256)
+  c.replay.max_size, c.replay.min_size = 300_000, 5_000
+  c = presets.sebulba(c, presets.envpool("HalfCheetah-v4"), num_envs_per_actor=1,
+                      rollout_length=8)
+  c.runtime.updates_per_batch = 8
+  return c
+
+
 get_config = presets.getter(
     "SAC", {"pendulum_anakin": pendulum_anakin, "pendulum_sebulba": pendulum_sebulba,
+            "pendulum_seed": pendulum_seed, "mujoco_sebulba": mujoco_sebulba,
             "brax_anakin": brax_anakin},
     default="pendulum_anakin")

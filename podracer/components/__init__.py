@@ -1,7 +1,7 @@
 """Podracer's built-in components; importing this package registers them all."""
 
-from podracer.components import (environments, loggers, losses, networks, optimizers,
-                                 replay, topologies)
+from podracer.components import (distributions, environments, loggers, losses, networks,
+                                 normalizers, optimizers, replay, topologies)
 
-__all__ = ["environments", "loggers", "losses", "networks", "optimizers", "replay",
-           "topologies"]
+__all__ = ["distributions", "environments", "loggers", "losses", "networks", "normalizers",
+           "optimizers", "replay", "topologies"]

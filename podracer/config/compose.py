@@ -58,8 +58,9 @@ RUN_SECTIONS = {"env": "environments", "agent": "agents", "runtime": "runtimes",
 # Sections an agent asks for by naming a constructor parameter: the kind itself
 # (`optimizer`) or a role of the first three (`critic_optimizer`).
 AGENT_SECTIONS = {"network": "networks", "loss": "losses", "optimizer": "optimizers",
-                  "replay": "replay"}
-ROLE_KINDS = ("network", "loss", "optimizer")
+                  "replay": "replay", "distribution": "distributions",
+                  "normalizer": "normalizers"}
+ROLE_KINDS = ("network", "loss", "optimizer", "normalizer")
 
 
 def section_registry(key: str) -> Optional[registry.Registry]:

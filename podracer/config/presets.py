@@ -211,6 +211,22 @@ def replay(name: str, batch_size: int, max_size: int, min_size: int,
                  checkpoint=config_dict.placeholder(bool))
 
 
+def transition_replay(max_size: int, min_size: int,
+                      batch_size: int = 256) -> config_dict.ConfigDict:
+  """SAC's and TD3's replay: uniform (priority exponent 0) transitions on the device,
+  no samples-per-insert limit (the runtime sets the pace: updates per env step)."""
+  c = replay("device", batch_size=batch_size, max_size=max_size, min_size=min_size,
+             samples_per_insert=None)
+  c.priority_exponent = 0.0
+  return c
+
+
+def plain_adam(learning_rate: float) -> config_dict.ConfigDict:
+  """Adam at a constant rate, eps 1e-8, no gradient clipping: SAC's and TD3's."""
+  return section("adam", learning_rate=learning_rate, eps=1e-8,
+                 max_grad_norm=config_dict.placeholder(float), anneal=False)
+
+
 def getter(what: str, named: Dict[str, Callable[[], config_dict.ConfigDict]],
            default: str) -> Callable[..., config_dict.ConfigDict]:
   """A config file's `get_config`: `--config=FILE:NAME` calls it with NAME."""

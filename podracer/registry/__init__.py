@@ -24,6 +24,8 @@ topologies = Registry("device topology")
 agents = Registry("agent")
 runtimes = Registry("runtime")
 loggers = Registry("logger")
+distributions = Registry("distribution")
+normalizers = Registry("normalizer")
 
 ALL = {
     "environments": environments,
@@ -35,6 +37,8 @@ ALL = {
     "agents": agents,
     "runtimes": runtimes,
     "loggers": loggers,
+    "distributions": distributions,
+    "normalizers": normalizers,
 }
 
 __all__ = ["Registry", "UnknownComponentError", "DuplicateComponentError", "build",

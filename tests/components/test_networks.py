@@ -271,7 +271,7 @@ def test_unknown_torso_error_names_options():
 
 
 def test_unknown_activation_error_names_options():
-  with pytest.raises(ValueError, match=r"'sigmoid'.*relu, tanh"):
+  with pytest.raises(ValueError, match=r"'sigmoid'.*relu, swish, tanh"):
     networks.mlp_actor_critic(spec=_spec((4,), 2), activation="sigmoid")
 
 

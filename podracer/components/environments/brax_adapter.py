@@ -7,8 +7,11 @@ ends an episode at `episode_length` (1,000 by default), and its `AutoResetWrappe
 restarts it. Here the adapter counts the steps and `VectorEnv` does the resets, as for
 every JAX environment: an episode whose `done` fires ends with LAST and discount 0 (a
 termination, also on the last allowed step, as Brax's wrapper calls it), one cut by the
-limit with LAST and discount 1 (Brax's `truncation`). Actions are bounded by the
-actuators' `ctrl_range`, as Brax's Gym wrapper declares them.
+limit with LAST and discount 1 (Brax's `truncation`). Actions are bounded by [-1, 1], what
+Brax's own trainers (PPO, SAC) feed every task: some tasks rescale that range onto their
+actuators' `ctrl_range` in `step` (`inverted_pendulum`: [-3, 3]), others take it as it is.
+(Before 0.18 the spec declared `ctrl_range`, as Brax's Gym wrapper does: on
+`inverted_pendulum` that let an agent push 3x harder than any Brax trainer can.)
 """
 
 from __future__ import annotations
@@ -51,9 +54,9 @@ class Brax(Environment):
     if known and env_name not in known:
       raise ValueError(f"Brax has no environment {env_name!r}; it has {', '.join(known)}")
     self._env = envs.get_environment(env_name, backend=backend, **dict(env_kwargs or {}))
-    ctrl_range = np.asarray(self._env.sys.actuator.ctrl_range, np.float32)
+    ones = np.ones((self._env.action_size,), np.float32)
     self._action = ArraySpec((self._env.action_size,), np.dtype(np.float32), "action",
-                             *bounds(ctrl_range[:, 0], ctrl_range[:, 1]))
+                             *bounds(-ones, ones))
     self._obs = observation_spec(self)
 
   def reset(self, key: jax.Array) -> Tuple[BraxState, TimeStep]:

@@ -22,7 +22,8 @@ import numpy as np
 
 from podracer import registry
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
-                                                   env_seeds, host_timestep)
+                                                   env_seeds, float32_observation_spec,
+                                                   host_timestep)
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, StepType,
                             TimeStep, bounds)
 
@@ -94,7 +95,7 @@ class DmEnv(HostEnvironment):
     else:
       raise NotImplementedError(f"dm_env action spec {action!r} is not a single array; "
                                 "podracer agents take one discrete or continuous action.")
-    return EnvSpec(observation=observation, action=action)
+    return EnvSpec(observation=float32_observation_spec(observation), action=action)
 
   def reset(self) -> Tuple[TimeStep, EpisodeStats]:
     timestep = self._batch([env.reset() for env in self._envs])

@@ -26,7 +26,8 @@ import numpy as np
 
 from podracer import registry
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
-                                                   env_seeds, host_timestep)
+                                                   env_seeds, float32_observation_spec,
+                                                   host_timestep)
 from podracer.errors import require
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, PyTree,
                             StepType, TimeStep, bounds)
@@ -100,7 +101,8 @@ class EnvPool(HostEnvironment):
     observation = self._assemble({
         k: _array_spec(states[k], "obs" if k == "obs" else k[4:].split(".")[-1])
         for k in self._obs_keys})
-    return EnvSpec(observation=observation, action=_action_spec(self._env.spec))
+    return EnvSpec(observation=float32_observation_spec(observation),
+                   action=_action_spec(self._env.spec))
 
   def reset(self) -> Tuple[TimeStep, EpisodeStats]:
     self._env.async_reset()

@@ -24,7 +24,8 @@ import numpy as np
 from podracer import registry
 from podracer.errors import EnvironmentWorkerError, require
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
-                                                   env_seeds, host_timestep)
+                                                   env_seeds, float32_observation_spec,
+                                                   host_timestep)
 from podracer.types import (ArraySpec, DiscreteSpec, EnvSpec, EpisodeStats, StepType,
                             TimeStep, bounds)
 
@@ -93,7 +94,8 @@ class Gymnasium(HostEnvironment):
       self.close()
       raise RuntimeError(f"Gymnasium built a vector env for {env_id} that does not reset "
                          "in NEXT_STEP mode, which podracer's step convention needs.")
-    self._spec = EnvSpec(observation=_observation_spec(self._env.single_observation_space),
+    self._spec = EnvSpec(observation=float32_observation_spec(
+        _observation_spec(self._env.single_observation_space)),
                          action=_action_spec(self._env.single_action_space))
     space = self._env.single_action_space
     self._action_offset = int(getattr(space, "start", 0)) if hasattr(space, "n") else 0

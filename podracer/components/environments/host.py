@@ -3,7 +3,9 @@
 A `HostEnvironment` holds `num_envs` environments and follows the same convention as
 `VectorEnv`, in numpy instead of JAX: `reset()` returns FIRST timesteps, every `step`
 returns a `TimeStep` of [B] arrays (step_type int32, reward float32, discount float32,
-observation [B, ...] in the environment's dtype) and `EpisodeStats`. After a LAST step
+observation [B, ...] in the environment's dtype, but float64 as float32: devices run
+float32, and EnvPool's MuJoCo tasks and many Gymnasium ones give float64) and
+`EpisodeStats`. After a LAST step
 the next step returns FIRST, with reward 0 and discount 1, and ignores its action.
 A terminated episode ends with discount 0, a truncated one (time limit) with discount 1.
 
@@ -23,11 +25,13 @@ not share environments (EnvPool and Gymnasium would otherwise seed env i with se
 from __future__ import annotations
 
 import abc
-from typing import Tuple
+import dataclasses
+from typing import Any, Tuple
 
+import jax
 import numpy as np
 
-from podracer.types import EnvSpec, EpisodeStats, PyTree, StepType, TimeStep
+from podracer.types import ArraySpec, EnvSpec, EpisodeStats, PyTree, StepType, TimeStep
 
 
 class HostEnvironment(abc.ABC):
@@ -90,11 +94,26 @@ def env_seeds(seed: int, num_envs: int) -> np.ndarray:
 
 
 def host_timestep(step_type, reward, discount, observation: PyTree) -> TimeStep:
-  """A numpy `TimeStep` with the dtypes every runtime expects."""
+  """A numpy `TimeStep` with the dtypes every runtime expects (float64 observations as
+  float32, as `float32_observation_spec` declares them)."""
   return TimeStep(step_type=np.asarray(step_type, np.int32),
                   reward=np.asarray(reward, np.float32),
                   discount=np.asarray(discount, np.float32),
-                  observation=observation)
+                  observation=jax.tree.map(_float32, observation))
+
+
+def _float32(x: Any) -> Any:
+  x = np.asarray(x)
+  return x.astype(np.float32) if x.dtype == np.float64 else x
+
+
+def float32_observation_spec(observation: PyTree) -> PyTree:
+  """An observation spec with float64 leaves declared float32, where they enter."""
+  def one(spec):
+    if isinstance(spec, ArraySpec) and np.dtype(spec.dtype) == np.float64:
+      return dataclasses.replace(spec, dtype=np.dtype(np.float32))
+    return spec
+  return jax.tree.map(one, observation)
 
 
 def episode_stats(done, episode_return, episode_length) -> EpisodeStats:

@@ -1,6 +1,7 @@
 """Loss components: pure functions of network outputs and a batch (see `registry.losses`)."""
 
-from podracer.components.losses.actor_critic import (PolicyGradientBatch, PPOLoss,
+from podracer.components.losses.actor_critic import (PolicyGradientBatch, PolicyLoss,
+                                                     PPOLoss, as_policy, learned_action,
                                                      categorical_entropy, clipped_surrogate,
                                                      categorical_log_prob,
                                                      generalized_advantages, normalize,
@@ -18,7 +19,7 @@ from podracer.components.losses.sac import (soft_policy_loss, soft_q_target,
                                             temperature_loss, twin_q_loss)
 from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_batch
 
-__all__ = ["PolicyGradientBatch", "PPOLoss", "categorical_entropy", "categorical_log_prob",
+__all__ = ["PolicyGradientBatch", "PolicyLoss", "PPOLoss", "as_policy", "learned_action", "categorical_entropy", "categorical_log_prob",
            "clipped_surrogate", "DPOLoss", "dpo_drift",
            "generalized_advantages", "normalize", "policy_gradient_batch", "transition_mask",
            "LearnedPolicyLoss", "learned_drift", "load_drift", "zero_drift",

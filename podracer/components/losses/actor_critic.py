@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import rlax
 
 from podracer import registry
+from podracer.components.distributions import (CATEGORICAL, Policy, categorical_entropy,
+                                               categorical_log_prob)
 from podracer.registry.ranges import NonNegative, Positive
 from podracer.types import StepType, TimeStep, Trajectory
 
@@ -74,12 +76,19 @@ def policy_gradient_batch(trajectory: Trajectory, discount: float,
   head = lambda x: x[:-1].reshape(-1, *x.shape[2:])
   return PolicyGradientBatch(
       observation=jax.tree.map(head, trajectory.timestep.observation),
-      action=head(trajectory.action),
+      action=head(learned_action(trajectory)),
       behaviour_log_prob=head(trajectory.extras["log_prob"]),
       behaviour_value=head(values),
       advantage=advantages.reshape(-1),
       value_target=targets.reshape(-1),
       mask=transition_mask(trajectory.timestep).reshape(-1))
+
+
+def learned_action(trajectory: Trajectory) -> jax.Array:
+  """The actions a policy's log-probability is taken of: the raw samples where the
+  distribution transformed them for the environment (`extras["raw_action"]`: a tanh
+  squash, a clip), the actions themselves otherwise."""
+  return trajectory.extras.get("raw_action", trajectory.action)
 
 
 def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
@@ -92,27 +101,32 @@ def normalize(x: jax.Array, mask: jax.Array, eps: float = 1e-8) -> jax.Array:
   return (x - mean) / (std + eps)
 
 
-def categorical_log_prob(logits: jax.Array, action: jax.Array) -> jax.Array:
-  log_probs = jax.nn.log_softmax(logits)
-  return jnp.take_along_axis(log_probs, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
-
-
-def categorical_entropy(logits: jax.Array) -> jax.Array:
-  log_probs = jax.nn.log_softmax(logits)
-  return -jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1)
-
-
 Metrics = Dict[str, jax.Array]
+
+class PolicyLoss:
+  """A loss of a policy: actor-critic agents call it with a
+  `podracer.components.distributions.Policy` (its log-probabilities and entropy, whatever
+  the action distribution), so it learns discrete and continuous actions alike. A loss
+  that does not derive from it is called with the policy's logits, as before 0.18, and
+  takes categorical policies only (the builder says so for any other)."""
+
+
+def as_policy(policy) -> Policy:
+  """A Policy as it is; logits [..., A] as the categorical policy they parameterise (a
+  PolicyLoss called with logits, as a 0.17 loss wrapping PPO's was)."""
+  return policy if isinstance(policy, Policy) else Policy(policy, CATEGORICAL)
+
 
 
 @registry.losses.register("ppo")
-class PPOLoss:
+class PPOLoss(PolicyLoss):
   """PPO's clipped surrogate objective with a value loss and an entropy bonus.
 
   L = -E[min(rho A, clip(rho, 1-eps, 1+eps) A)] + c_v E[(V - G)^2] / 2 - c_H E[H(pi)]
   with rho = pi(a|s) / mu(a|s). With `normalize_advantages` (on by default) A is
   normalised to zero mean and unit variance over the minibatch first; with `clip_value`
-  the value loss is PPO's clipped one. Called as `loss(logits, value, batch)`.
+  the value loss is PPO's clipped one. Called as `loss(policy, value, batch)` (a
+  `Policy`, or a categorical policy's logits).
   """
 
   def __init__(self, clip_epsilon: Annotated[float, Positive] = 0.2,
@@ -125,13 +139,14 @@ class PPOLoss:
     self.clip_value = clip_value
     self.normalize_advantages = normalize_advantages
 
-  def __call__(self, logits: jax.Array, value: jax.Array,
+  def __call__(self, policy: Policy, value: jax.Array,
                batch: PolicyGradientBatch) -> Tuple[jax.Array, Metrics]:
+    policy = as_policy(policy)
     mask = batch.mask
     advantage = batch.advantage
     if self.normalize_advantages:
       advantage = normalize(advantage, mask)
-    log_prob = categorical_log_prob(logits, batch.action)
+    log_prob = policy.log_prob(batch.action)
     ratio = jnp.exp(log_prob - batch.behaviour_log_prob)
     policy_loss = -_masked_mean(self.surrogate(ratio, advantage), mask)
 
@@ -142,7 +157,7 @@ class PPOLoss:
       value_error = jnp.maximum(value_error, jnp.square(clipped_value - batch.value_target))
     value_loss = 0.5 * _masked_mean(value_error, mask)
 
-    entropy = _masked_mean(categorical_entropy(logits), mask)
+    entropy = _masked_mean(policy.entropy(), mask)
     loss = policy_loss + self.value_coef * value_loss - self.entropy_coef * entropy
     approx_kl = _masked_mean((ratio - 1.0) - jnp.log(ratio), mask)
     clip_fraction = _masked_mean(

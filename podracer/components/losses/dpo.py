@@ -36,7 +36,7 @@ def dpo_drift(ratio: jax.Array, advantage: jax.Array, alpha, beta) -> jax.Array:
 
 @registry.losses.register("dpo")
 class DPOLoss(PPOLoss):
-  """PPO's loss with DPO's drift for its clipping; called as `loss(logits, value, batch)`
+  """PPO's loss with DPO's drift for its clipping; called as `loss(policy, value, batch)`
   wherever PPO's loss is (PPO, recurrent PPO; Anakin, Sebulba and SEED)."""
 
   def __init__(self, alpha: Annotated[float, Positive] = 2.0,

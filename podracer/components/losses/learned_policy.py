@@ -124,7 +124,7 @@ def check_drift(theta: Dict[str, Any], where: str) -> None:
 @registry.losses.register("learned_policy")
 class LearnedPolicyLoss(PPOLoss):
   """PPO's loss with a learned drift in its policy term (module docstring). Called as
-  `loss(logits, value, batch)`, as PPO's is: any agent that takes PPO's loss takes it."""
+  `loss(policy, value, batch)`, as PPO's is: any agent that takes PPO's loss takes it."""
 
   def __init__(self, path: Optional[str] = None, hidden: Annotated[int, Positive] = 16,
                clip_epsilon: Annotated[float, Positive] = 0.2,

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import rlax
 
 from podracer import registry
-from podracer.components.losses.actor_critic import (Metrics, _masked_mean,
-                                                     categorical_entropy,
-                                                     categorical_log_prob, transition_mask)
+from podracer.components.distributions import Policy
+from podracer.components.losses.actor_critic import (Metrics, PolicyLoss, _masked_mean,
+                                                     as_policy, transition_mask)
 from podracer.registry.ranges import NonNegative, Positive, Probability
 from podracer.types import TimeStep
 
@@ -48,13 +48,14 @@ def vtrace_batch(timestep: TimeStep, action: jax.Array, behaviour_log_prob: jax.
 
 
 @registry.losses.register("vtrace")
-class VTraceLoss:
+class VTraceLoss(PolicyLoss):
   """Policy gradient with V-trace advantages, a V-trace baseline loss and entropy bonus.
 
   L = -S[log pi(a|s) A_pg] + c_b S[(v_s - V(s))^2] / 2 - c_H S[H(pi)] over unmasked
   transitions, with v_s and A_pg = clip(rho, rho_pg) (r + gamma v_{s+1} - V(s)) from
   `rlax.vtrace_td_error_and_advantage` and held constant. Called as
-  `loss(logits [T, B, A], values [T+1, B], batch)`; values[T] is the bootstrap.
+  `loss(policy [T, B], values [T+1, B], batch)` (a `Policy`, or a categorical policy's
+  logits [T, B, A]); values[T] is the bootstrap.
 
   `reduction` is S: "sum" over time and batch, as in the IMPALA paper, whose optimizer
   settings (RMSProp eps 0.01 inside the square root, gradient norm clipped at 40) are
@@ -79,12 +80,13 @@ class VTraceLoss:
     self.clip_pg_rho_threshold = clip_pg_rho_threshold
     self.lambda_ = lambda_
 
-  def __call__(self, logits: jax.Array, values: jax.Array, batch: VTraceBatch,
+  def __call__(self, policy: Policy, values: jax.Array, batch: VTraceBatch,
                lambda_: Optional[jax.Array] = None) -> Tuple[jax.Array, Metrics]:
     """`lambda_` replaces the configured one (a meta-gradient's adapted lambda)."""
+    policy = as_policy(policy)
     mask = batch.mask
     lambda_ = self.lambda_ if lambda_ is None else lambda_
-    log_prob = categorical_log_prob(logits, batch.action)
+    log_prob = policy.log_prob(batch.action)
     rho = jnp.exp(jax.lax.stop_gradient(log_prob) - batch.behaviour_log_prob)
     # mask[t+1] = 0 exactly where s_{t+1} is LAST: cut the trace before the reset
     # transition. The last step's lambda is unused by rlax (it bootstraps from values[T]).
@@ -107,7 +109,7 @@ class VTraceLoss:
 
     policy_loss = -_masked_mean(log_prob * pg_advantage, mask)
     value_loss = 0.5 * _masked_mean(jnp.square(value_target - v_tm1), mask)
-    entropy = _masked_mean(categorical_entropy(logits), mask)
+    entropy = _masked_mean(policy.entropy(), mask)
     loss = policy_loss + self.baseline_coef * value_loss - self.entropy_coef * entropy
     if self.reduction == "sum":  # The same loss, times the number of real transitions.
       loss = loss * jnp.sum(mask)

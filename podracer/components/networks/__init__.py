@@ -2,20 +2,24 @@
 NamedTuple of pure functions, for networks with more than one entry point).
 
 This package's face: each module is one family. actor_critic.py (PPO's and IMPALA's
-policy-and-value networks, recurrent too), q_networks.py (`q_network` is DQN's,
-`recurrent_q` R2D2's), continuous.py (`gaussian_policy` and `twin_q`, SAC's actor and
-critic), muzero.py (`muzero_mlp`, `muzero_resnet`: MuZero's model); torsos.py, heads.py,
-cores.py and conv.py are the parts they are made of.
+policy-and-value networks, recurrent too; `gaussian_actor_critic`, continuous PPO's),
+q_networks.py (`q_network` is DQN's, `recurrent_q` R2D2's), continuous.py
+(`gaussian_policy` and `twin_q`, SAC's actor and critic; `deterministic_policy`, TD3's),
+muzero.py (`muzero_mlp`, `muzero_resnet`: MuZero's model); torsos.py, heads.py, cores.py
+and conv.py are the parts they are made of.
 """
 
 from podracer.components.networks.actor_critic import (RecurrentActorCritic,
                                                        atari_actor_critic,
+                                                       gaussian_actor_critic,
                                                        mlp_actor_critic,
                                                        mlp_shared_actor_critic,
                                                        recurrent_actor_critic)
-from podracer.components.networks.continuous import (GaussianOutput, GaussianPolicyNetwork,
+from podracer.components.networks.continuous import (DeterministicPolicyNetwork,
+                                                     GaussianOutput, GaussianPolicyNetwork,
                                                      SquashedGaussianHead, gaussian_policy,
                                                      squashed_gaussian_mode,
+                                                     deterministic_policy,
                                                      squashed_gaussian_sample, twin_q)
 from podracer.components.networks.cores import LSTMCore
 from podracer.components.networks.heads import DuelingHead, PolicyValueHead, PolicyValueOutput
@@ -26,7 +30,9 @@ from podracer.components.networks.torsos import (ACTIVATIONS, ATARI_TORSOS, MLP,
                                                  num_discrete_actions, preprocess_image)
 
 __all__ = [
-    "ACTIVATIONS", "ATARI_TORSOS", "DuelingHead", "GaussianOutput", "GaussianPolicyNetwork",
+    "ACTIVATIONS", "ATARI_TORSOS", "DeterministicPolicyNetwork", "DuelingHead",
+    "GaussianOutput", "GaussianPolicyNetwork", "deterministic_policy",
+    "gaussian_actor_critic",
     "SquashedGaussianHead", "gaussian_policy", "squashed_gaussian_mode",
     "squashed_gaussian_sample", "twin_q", "ImpalaResNet", "LSTMCore", "MLP",
     "MuZeroNetwork", "NatureCNN", "PolicyValueHead", "PolicyValueOutput",

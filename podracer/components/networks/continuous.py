@@ -170,3 +170,38 @@ def twin_q(spec: EnvSpec, hidden_sizes: Sequence[int] = (256, 256),
     return q("q1"), q("q2")
 
   return hk.without_apply_rng(hk.transform(forward))
+
+
+class DeterministicPolicyNetwork(NamedTuple):
+  """A deterministic policy mu(s) within the action bounds, as pure functions of
+  (params, ...): TD3's and DDPG's actor.
+
+  init(key, observation [B, ...]) -> params
+  apply(params, observation) -> the action [B, *action shape], c + h tanh(MLP(s))
+  """
+  init: Callable[..., hk.Params]
+  apply: Callable[..., jax.Array]
+  minimum: np.ndarray  # [A] the action bounds it acts within
+  maximum: np.ndarray
+
+
+@registry.networks.register("deterministic_policy")
+def deterministic_policy(spec: EnvSpec, hidden_sizes: Sequence[int] = (256, 256),
+                         activation: str = "relu") -> DeterministicPolicyNetwork:
+  """TD3's actor (Fujimoto et al. 2018; CleanRL's `td3_continuous_action`): an MLP and a
+  tanh output scaled onto the action bounds."""
+  minimum, maximum = action_bounds(spec, "deterministic_policy")
+  sizes = _check_sizes(hidden_sizes, "deterministic_policy")
+  activation_fn(activation)
+  size = int(np.prod(spec.action.shape))
+  centre, half_width = (jnp.asarray((maximum + minimum) / 2),
+                        jnp.asarray((maximum - minimum) / 2))
+
+  def forward(observation):
+    features = MLP(sizes, activation, name="torso")(observation)
+    u = hk.Linear(size, name="action")(features).reshape(-1, *spec.action.shape)
+    return centre + half_width * jnp.tanh(u)
+
+  net = hk.without_apply_rng(hk.transform(forward))
+  return DeterministicPolicyNetwork(init=net.init, apply=net.apply, minimum=minimum,
+                                    maximum=maximum)

@@ -17,7 +17,7 @@ import numpy as np
 from podracer.components.networks.conv import Conv2D
 from podracer.types import ArraySpec, EnvSpec, PyTree, observation_features
 
-ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
+ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "swish": jax.nn.swish}
 
 
 def activation_fn(name: str) -> Callable[[jax.Array], jax.Array]:
@@ -37,8 +37,9 @@ def _orthogonal(scale: float = np.sqrt(2)) -> hk.initializers.Initializer:
 # a truncated normal of variance 1 / fan_in: flax's `nn.Dense` default, so PureJaxRL's
 # and CleanRL's JAX Q networks. They differ most where a layer widens: CartPole's 4 inputs
 # into 120 units start 4x smaller under "orthogonal" (a unit's weights have norm about
-# sqrt(2 * 4 / 120) against 1).
-W_INITS = ("orthogonal", "lecun_normal")
+# sqrt(2 * 4 / 120) against 1). "lecun_uniform" (variance 1 / fan_in, uniform) is Brax's
+# networks' (`brax.training.networks.MLP`).
+W_INITS = ("orthogonal", "lecun_normal", "lecun_uniform")
 
 
 def dense_init(name: str) -> hk.initializers.Initializer:
@@ -47,6 +48,8 @@ def dense_init(name: str) -> hk.initializers.Initializer:
     return _orthogonal()
   if name == "lecun_normal":
     return hk.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal")
+  if name == "lecun_uniform":
+    return hk.initializers.VarianceScaling(1.0, "fan_in", "uniform")
   raise ValueError(f"Unknown w_init {name!r}; options: {', '.join(W_INITS)}.")
 
 

@@ -1,0 +1,13 @@
+"""Normalizers (see `registry.normalizers`): what an agent's learner sees, normalised.
+observation.py: `running_mean_std` (running statistics carried in the parameters);
+rewards.py: `reward_scale` (the rewards the learner sees)."""
+
+from podracer.components.normalizers.observation import (NETWORK, STATISTICS,
+                                                         ObservationNormalizer,
+                                                         RunningStatistics,
+                                                         batch_statistics, merge)
+from podracer.components.normalizers.rewards import RewardNormalizer, RewardScale
+
+__all__ = ["NETWORK", "STATISTICS", "ObservationNormalizer",
+           "RewardNormalizer", "RewardScale", "RunningStatistics", "batch_statistics",
+           "merge"]
