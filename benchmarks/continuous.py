@@ -162,7 +162,7 @@ def _plot(results: Dict[str, List], path: str) -> None:
               label=name if i == 0 else None, marker="o", ms=3)
   ax.set_xlabel("env steps")
   ax.set_ylabel("evaluation return (deterministic)")
-  ax.set_title("PPO on Brax inverted_pendulum (generalized), Brax's notebook settings")
+  ax.set_title("PPO, Brax inverted_pendulum (generalized), notebook settings", fontsize=9)
   ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=120)

@@ -7,7 +7,9 @@ import jax
 import numpy as np
 import pytest
 
+from agents.impala import config as impala_config
 from agents.ppo import config as ppo_config
+from podracer.config import presets
 from podracer import builder
 from podracer.components.normalizers import STATISTICS
 from podracer.errors import ConfigError
@@ -21,7 +23,8 @@ def _small(config, envs=4, rollout=32, updates=2, calls=2):
   config.runtime.num_envs_per_device = envs
   config.runtime.rollout_length = rollout
   config.runtime.updates_per_call = updates
-  config.total_env_steps = envs * rollout * updates * calls * jax.local_device_count()
+  devices = config.topology.get("num_devices") or jax.local_device_count()
+  config.total_env_steps = envs * rollout * updates * calls * devices
   return config
 
 
@@ -45,6 +48,40 @@ def test_eight_replicas_keep_one_set_of_statistics_of_every_observation_they_lea
   mean = np.asarray(stats.mean)[0]
   assert mean.shape == (3,) and np.abs(mean[:2]).max() <= 1.0  # cos and sin of the angle
   assert np.isfinite(logger.records[-1]["loss"])
+
+
+def _recurrent_pendulum():
+  config = ppo_config.memory_anakin()
+  config.env = presets.section("pendulum", max_episode_steps=200)
+  config.distribution = presets.section("normal")
+  config.observation_normalizer = presets.section("running_mean_std")
+  return config
+
+
+def _impala_pendulum():
+  config = impala_config.cartpole_anakin()
+  config.env = presets.section("pendulum", max_episode_steps=200)
+  config.network = presets.section("gaussian_actor_critic")
+  config.distribution = presets.section("tanh_normal")
+  return config
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make", [_recurrent_pendulum, _impala_pendulum],
+                         ids=["ppo_recurrent", "impala"])
+def test_recurrent_ppo_and_impala_act_and_learn_with_a_gaussian(make):
+  """The same path as PPO's: actions within the bounds, the raw samples scored, finite
+  losses; recurrent PPO's LSTM gives the Gaussian's parameters."""
+  config = make()
+  config.topology.num_devices = 1
+  config = _small(config, envs=8, rollout=16, updates=2, calls=2)
+  experiment = builder.build(config)
+  assert experiment.agent.distribution.kind == "continuous"
+  logger = MetricsLogger(stream=None)
+  experiment.runtime.train(logger)
+  learned = [r for r in logger.records if "policy_loss" in r]
+  assert learned and all(np.isfinite(r["policy_loss"]) and np.isfinite(r["entropy"])
+                         for r in learned)
 
 
 def test_a_head_of_the_wrong_kind_and_a_bad_normaliser_are_refused_at_build():

@@ -22,6 +22,7 @@ def _env():
   return env
 
 
+@pytest.mark.extended  # CI: the sections' rows and skips below, each alone.
 @pytest.mark.slow
 def test_quick_writes_every_section_and_a_failing_one_is_a_row_and_exit_1(tmp_path):
   """The whole --quick scorecard (about 2 minutes alone on the 2-core CPU), with the `runs`

@@ -268,7 +268,8 @@ def brax_anakin() -> config_dict.ConfigDict:
   layer), policy 4 x 32 and value 5 x 256 swish MLPs, observations normalised, rewards
   scaled by 10, discount 0.97, GAE 0.95, clip 0.3, entropy 1e-2, learning rate 3e-4,
   2,048 environments, 32 minibatches x 4 epochs per 163,840 steps (16 unrolls of 5 steps
-  in Brax; here one rollout of 80, its GAE over the 80)."""
+  in Brax; here one rollout of 80, its GAE over the 80: GAE over windows of 5,
+  `--config.agent.gae_window=5`, learned slower here, docs/agents.md)."""
   c = _continuous(_base(), "tanh_normal")
   c.total_env_steps = 983_040  # 6 updates of 163,840 steps.
   c.env = presets.section("brax", env_name="inverted_pendulum", backend="generalized",

@@ -28,6 +28,25 @@ def test_gae_without_episode_end():
   np.testing.assert_allclose(target[:, 0], np.array(expected) + [0.5, 1.0, 1.5], rtol=1e-6)
 
 
+def test_gae_over_windows_is_each_windows_own_gae_bootstrapped_after_it():
+  """`window` cuts the trace every w steps, as Brax's PPO computes GAE over its unrolls:
+  a 6-step rollout in windows of 3 is the GAE of each 3-step window on its own."""
+  rng = np.random.default_rng(0)
+  reward, values = rng.normal(size=7), rng.normal(size=7)
+  ts = _timestep([F] + [M] * 6, reward, [1] * 7)
+  adv, target = generalized_advantages(ts, jnp.asarray(values)[:, None], discount=0.9,
+                                       gae_lambda=0.8, window=3)
+  for start in (0, 3):
+    part = _timestep([M] * 4, reward[start:start + 4], [1] * 4)
+    own, own_target = generalized_advantages(
+        part, jnp.asarray(values[start:start + 4])[:, None], discount=0.9, gae_lambda=0.8)
+    np.testing.assert_allclose(adv[start:start + 3, 0], own[:, 0], rtol=1e-5)
+    np.testing.assert_allclose(target[start:start + 3, 0], own_target[:, 0], rtol=1e-5)
+  whole, _ = generalized_advantages(ts, jnp.asarray(values)[:, None], discount=0.9,
+                                    gae_lambda=0.8)
+  assert not np.allclose(whole[:3, 0], adv[:3, 0])  # The cut changed the first window.
+
+
 def test_gae_terminated_episode_does_not_bootstrap_or_leak():
   ts = _timestep([F, M, L, F], [0, 1, 2, 0], [1, 1, 0, 1])
   values = jnp.array([1.0, 2.0, 3.0, 4.0])[:, None]

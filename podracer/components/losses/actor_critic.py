@@ -45,17 +45,23 @@ def transition_mask(timestep: TimeStep) -> jax.Array:
 
 
 def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: float,
-                           gae_lambda: float) -> Tuple[jax.Array, jax.Array]:
+                           gae_lambda: float, window: int = 0
+                           ) -> Tuple[jax.Array, jax.Array]:
   """GAE(lambda) advantages and value targets for a [T+1, B] trajectory, both [T, B].
 
   Truncated episodes (LAST with discount 1) bootstrap from the value of their last
   observation; terminated ones (discount 0) do not. No advantage flows across an
-  episode boundary: lambda is zeroed where the next step is LAST.
+  episode boundary: lambda is zeroed where the next step is LAST. With `window` w > 0,
+  also at the end of every w steps: each window's advantages bootstrap from the value
+  after it, as Brax's PPO computes GAE over unrolls of its `unroll_length`.
   """
   mask = transition_mask(timestep)
   next_is_last = (timestep.step_type[1:] == StepType.LAST).astype(jnp.float32)
   discount_t = discount * timestep.discount[1:] * mask
   lambda_t = gae_lambda * (1.0 - next_is_last)
+  if window:
+    ends = (jnp.arange(1, mask.shape[0] + 1) % window == 0).astype(jnp.float32)
+    lambda_t = lambda_t * (1.0 - ends)[:, None]
   reward_t = timestep.reward[1:] * mask
   gae = jax.vmap(rlax.truncated_generalized_advantage_estimation,
                  in_axes=(1, 1, 1, 1), out_axes=1)
@@ -64,7 +70,7 @@ def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: f
 
 
 def policy_gradient_batch(trajectory: Trajectory, discount: float,
-                          gae_lambda: float) -> PolicyGradientBatch:
+                          gae_lambda: float, gae_window: int = 0) -> PolicyGradientBatch:
   """Flattens a [T+1, B] trajectory into the [T*B] transitions an actor-critic loss sees:
   GAE(lambda) advantages and value targets from the acting values (`extras["value"]`),
   and the acting log-probabilities (`extras["log_prob"]`)."""
@@ -72,7 +78,8 @@ def policy_gradient_batch(trajectory: Trajectory, discount: float,
   # and keep one in the discount and lambda (a meta-gradient's).
   values = jax.lax.stop_gradient(trajectory.extras["value"])
   advantages, targets = generalized_advantages(
-      trajectory.timestep, values, discount=discount, gae_lambda=gae_lambda)
+      trajectory.timestep, values, discount=discount, gae_lambda=gae_lambda,
+      window=gae_window)
   head = lambda x: x[:-1].reshape(-1, *x.shape[2:])
   return PolicyGradientBatch(
       observation=jax.tree.map(head, trajectory.timestep.observation),

@@ -110,14 +110,17 @@ def recurrent_actor_critic(spec: EnvSpec, hidden_sizes: Sequence[int] = (64,),
                            lstm_size: int = 64) -> RecurrentActorCritic:
   """An MLP torso, an LSTM core (its state reset at episode starts) and one layer each
   for the policy and the value: PPO with memory (POPGym's and PureJaxRL's recurrent
-  baselines' shape)."""
-  num_actions = num_discrete_actions(spec, "recurrent_actor_critic")
+  baselines' shape). Its policy layer gives logits for discrete actions, a Gaussian's
+  mean and scale (2 x action size, the scale state-dependent) for continuous ones."""
+  num_params = (2 * _continuous_size(spec, "recurrent_actor_critic")
+                if isinstance(spec.action, ArraySpec)
+                else num_discrete_actions(spec, "recurrent_actor_critic"))
   check_activation(activation)
 
   def forward():
     return torso_core_head(MLP(hidden_sizes, activation, name="torso"),
                             LSTMCore(lstm_size, name="core"),
-                            PolicyValueHead(num_actions, name="head"))
+                            PolicyValueHead(num_params, name="head"))
 
   return recurrent(forward, RecurrentActorCritic)
 
