@@ -50,20 +50,23 @@ def test_eight_replicas_keep_one_set_of_statistics_of_every_observation_they_lea
   assert np.isfinite(logger.records[-1]["loss"])
 
 
-def _recurrent_pendulum():
-  config = ppo_config.memory_anakin()
+def _on_pendulum(config, distribution, network=None):
+  """`config` with JAX's Pendulum, a Gaussian `distribution` and, if given, `network`."""
   config.env = presets.section("pendulum", max_episode_steps=200)
-  config.distribution = presets.section("normal")
+  config.distribution = presets.section(distribution)
+  if network:
+    config.network = presets.section(network)
+  return config
+
+
+def _recurrent_pendulum():
+  config = _on_pendulum(ppo_config.memory_anakin(), "normal")
   config.observation_normalizer = presets.section("running_mean_std")
   return config
 
 
 def _impala_pendulum():
-  config = impala_config.cartpole_anakin()
-  config.env = presets.section("pendulum", max_episode_steps=200)
-  config.network = presets.section("gaussian_actor_critic")
-  config.distribution = presets.section("tanh_normal")
-  return config
+  return _on_pendulum(impala_config.cartpole_anakin(), "tanh_normal", "gaussian_actor_critic")
 
 
 @pytest.mark.slow

@@ -62,8 +62,8 @@ class DmEnv(HostEnvironment):
   """`num_envs` dm_env environments from `factory(**env_kwargs)`, stepped in turn."""
 
   def __init__(self, factory: Union[str, Callable[..., Any]], num_envs: int, seed: int = 0,
-               **env_kwargs: Any):
-    super().__init__(num_envs, seed)
+               clip_actions: bool = False, **env_kwargs: Any):
+    super().__init__(num_envs, seed, clip_actions)
     make = resolve_factory(factory)
     self.factory = factory
     seeds = env_seeds(self.seed, self.num_envs)

@@ -56,13 +56,15 @@ class EnvPool(HostEnvironment):
 
   Any EnvPool option passes through `env_kwargs`, e.g. for Atari `episodic_life`,
   `reward_clip`, `stack_num`, `img_height`, `noop_max`, `repeat_action_probability`,
-  `max_episode_steps`, `num_threads`.
+  `max_episode_steps`, `num_threads`. `clip_actions` (podracer's, off by default) clips
+  continuous actions to the spec's bounds before EnvPool sees them.
   """
 
   supports_async = True
 
-  def __init__(self, task_id: str, num_envs: int, seed: int = 0, **env_kwargs: Any):
-    super().__init__(num_envs, seed)
+  def __init__(self, task_id: str, num_envs: int, seed: int = 0, clip_actions: bool = False,
+               **env_kwargs: Any):
+    super().__init__(num_envs, seed, clip_actions)
     envpool = _import_envpool()
     known = envpool.list_all_envs()
     if task_id not in known:

@@ -75,8 +75,8 @@ class Gymnasium(HostEnvironment):
   """
 
   def __init__(self, env_id: str, num_envs: int, seed: int = 0, asynchronous: bool = True,
-               mp_context: str = "spawn", **env_kwargs: Any):
-    super().__init__(num_envs, seed)
+               mp_context: str = "spawn", clip_actions: bool = False, **env_kwargs: Any):
+    super().__init__(num_envs, seed, clip_actions)
     gymnasium = require("gymnasium", f"The 'gymnasium' environment ({env_id})",
                         "pip install gymnasium")
     self.env_id = env_id

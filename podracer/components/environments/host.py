@@ -42,11 +42,15 @@ class HostEnvironment(abc.ABC):
   # Whether `send` returns at once and the environments step on threads of their own.
   supports_async = False
 
-  def __init__(self, num_envs: int, seed: int = 0):
+  def __init__(self, num_envs: int, seed: int = 0, clip_actions: bool = False):
     if int(num_envs) < 1:
       raise ValueError(f"num_envs must be at least 1, got {num_envs}.")
     self.num_envs = int(num_envs)
     self.seed = int(seed)
+    # Opt in: continuous actions clipped to the spec's bounds before the environment
+    # sees them (an agent of one's own that does not bound its actions).
+    self.clip_actions = bool(clip_actions)
+    self._bounds = None
 
   @abc.abstractmethod
   def spec(self) -> EnvSpec:
@@ -84,7 +88,20 @@ class HostEnvironment(abc.ABC):
     if action.ndim == 0 or action.shape[0] != self.num_envs:
       raise ValueError(f"{type(self).__name__} steps {self.num_envs} environments and "
                        f"needs one action each, got an action of shape {action.shape}.")
+    if self.clip_actions:
+      action = np.clip(action, *self._action_bounds())
     return action
+
+  def _action_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
+    """(minimum, maximum) of a continuous action spec, for `clip_actions`."""
+    if self._bounds is None:
+      action = self.spec().action
+      if not isinstance(action, ArraySpec) or action.minimum is None:
+        raise ValueError(f"{type(self).__name__}: `clip_actions` clips continuous actions "
+                         f"to their bounds; this environment's actions are {action!r}.")
+      self._bounds = (np.asarray(action.minimum, np.float32),
+                      np.asarray(action.maximum, np.float32))
+    return self._bounds
 
 
 def env_seeds(seed: int, num_envs: int) -> np.ndarray:
