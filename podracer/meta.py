@@ -17,7 +17,11 @@ members, their episodes, inner env steps and env steps/s), meta_state.npz (the
 strategy's state after the last generation: a relaunch into DIR resumes exactly) and
 learned_objective.npz with learned_objective.json: the strategy's mean theta, which
 `--config.loss=learned_policy --config.loss.path=DIR/learned_objective.npz` trains with
-under Anakin, Sebulba or SEED. Bad input is one paragraph naming the key, exit 2.
+under Anakin, Sebulba or SEED. With `--config.meta.objective=dpo` the search is over
+DPO's two constants instead (their log scales from the config's `loss.alpha` and
+`loss.beta`, or the paper's 2 and 0.6): the records and learned_objective.json give the
+`alpha` and `beta` found, to train with as `--config.loss=dpo --config.loss.alpha=...
+--config.loss.beta=...`. Bad input is one paragraph naming the key, exit 2.
 """
 
 from __future__ import annotations
@@ -46,7 +50,10 @@ OBJECTIVE_FILE = "learned_objective.npz"
 EXIT_CONFIG_ERROR = 2
 # The meta keys 0.17.0 added, at what a meta-training before them ran with: one sigma for
 # every parameter, no evaluation of the mean (resuming one takes these flags).
-META_ADDED = {"meta.sigma_clip": 0.1, "meta.eval_every": 0}
+META_ADDED = {"meta.sigma_clip": 0.1, "meta.eval_every": 0, "meta.objective": "drift"}
+# What `meta.objective` searches: the learned_policy loss's drift network and clip scale,
+# or DPO's two constants (their log scales), DPO as a low-dimensional target.
+OBJECTIVES = ("drift", "dpo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +72,7 @@ class MetaConfig:
   eval_every: int = 5             # generations between evaluations of the mean theta
                                   # (`mean_theta_fitness`, on held-out seeds); 0: none
   seed: int = 0
+  objective: str = "drift"        # "drift" (learned_policy) or "dpo" (log alpha, log beta)
 
   @classmethod
   def from_args(cls, args: Dict[str, str]) -> "MetaConfig":
@@ -101,6 +109,10 @@ class MetaConfig:
       raise ConfigError("Config key `meta.inner_env_steps` is negative.")
     if self.eval_every < 0:
       raise ConfigError("Config key `meta.eval_every` is negative (0: no evaluation).")
+    if self.objective not in OBJECTIVES:
+      raise ConfigError(f"Config key `meta.objective` is {self.objective!r}; it is one of "
+                        f"{', '.join(OBJECTIVES)} (the learned drift network, or DPO's "
+                        "alpha and beta).")
     return self
 
 
@@ -110,7 +122,7 @@ def inner_config(config: Any, meta: MetaConfig) -> Any:
   from ml_collections import config_dict  # pylint: disable=import-outside-toplevel
   loss = config.get("loss")
   if config.agent.name != "ppo" or loss is None or loss.get("name") not in (
-      "ppo", "learned_policy"):
+      "ppo", "learned_policy", "dpo"):
     raise ConfigError(f"podracer.meta learns PPO's policy objective; the config's agent is "
                       f"'{config.agent.name}' with loss "
                       f"'{loss.get('name') if loss else None}' (give a PPO config).")
@@ -121,8 +133,12 @@ def inner_config(config: Any, meta: MetaConfig) -> Any:
   inner = config_dict.ConfigDict(config.to_dict())
   kept = {k: loss[k] for k in ("clip_epsilon", "value_coef", "entropy_coef", "clip_value",
                                "normalize_advantages") if k in loss}
-  inner.loss = config_dict.ConfigDict(dict(name="learned_policy", path=None,
-                                           hidden=meta.hidden, **kept))
+  if meta.objective == "dpo":  # From the config's alpha and beta, or the paper's.
+    constants = dict(alpha=loss.get("alpha", 2.0), beta=loss.get("beta", 0.6))
+    inner.loss = config_dict.ConfigDict(dict(name="dpo", **constants, **kept))
+  else:
+    inner.loss = config_dict.ConfigDict(dict(name="learned_policy", path=None,
+                                             hidden=meta.hidden, **kept))
   if meta.inner_env_steps:
     inner.total_env_steps = meta.inner_env_steps
   # A member is one replica: the plan's calls and env steps are one device's. The
@@ -219,11 +235,35 @@ def evaluation_program(experiment: Any, meta: MetaConfig) -> Callable:
   return jax.jit(evaluate)
 
 
+WIDE_KEYS = ("log_clip", "log_alpha", "log_beta")  # Scalar log scales: searched widely.
+
+
 def search_std(meta: MetaConfig, theta: Dict[str, jax.Array]) -> Dict[str, jax.Array]:
-  """The search distribution's std per parameter: `sigma_clip` on the log clip scale c,
-  `sigma` on the drift network's weights."""
-  return {k: jnp.full(jnp.shape(v), meta.sigma_clip if k == "log_clip" else meta.sigma,
+  """The search distribution's std per parameter: `sigma_clip` on the scalar log scales
+  (the clip scale c; DPO's log alpha and log beta), `sigma` on the drift network's
+  weights."""
+  return {k: jnp.full(jnp.shape(v), meta.sigma_clip if k in WIDE_KEYS else meta.sigma,
                       jnp.float32) for k, v in theta.items()}
+
+
+def initial_theta(meta: MetaConfig) -> Dict[str, jax.Array]:
+  """Where the search starts: PPO (a zero drift) or DPO at its constants."""
+  from podracer.components.losses import dpo, zero_drift  # pylint: disable=import-outside-toplevel
+  return dpo.dpo_theta() if meta.objective == "dpo" else zero_drift(meta.hidden)
+
+
+def objective_about(meta: MetaConfig, theta: Dict[str, jax.Array],
+                    loss: Any) -> Dict[str, Any]:
+  """learned_objective.json: the form and how to train with it."""
+  from podracer.components.losses import dpo  # pylint: disable=import-outside-toplevel
+  from podracer.components.losses.learned_policy import FORM  # pylint: disable=import-outside-toplevel
+  about = dict(hidden=meta.hidden, generations=meta.generations, agent="ppo",
+               version=__version__, meta=dataclasses.asdict(meta))
+  if meta.objective != "dpo":
+    return dict(about, loss="learned_policy", form=FORM)
+  found = loss.with_drift(theta)
+  return dict(about, loss="dpo", form=dpo.DPO_FORM, alpha=float(found.alpha),
+              beta=float(found.beta))
 
 
 class Strategy:
@@ -290,12 +330,10 @@ def save_objective(workdir: str, theta: Dict[str, jax.Array], about: Dict[str, A
 def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dict[str, Any]:
   """Runs (or resumes) the meta-training into `workdir`; returns its last record."""
   from podracer import builder  # pylint: disable=import-outside-toplevel
-  from podracer.components.losses import zero_drift  # pylint: disable=import-outside-toplevel
-  from podracer.components.losses.learned_policy import FORM  # pylint: disable=import-outside-toplevel
   os.makedirs(workdir, exist_ok=True)
   experiment = builder.build(inner_config(config, meta))
   check_generation(experiment, meta)
-  strategy = Strategy(meta, zero_drift(meta.hidden))
+  strategy = Strategy(meta, initial_theta(meta))
   root = jax.random.PRNGKey(meta.seed)
   init_key, root = jax.random.split(root)
   state, done = load_state(workdir, strategy.init(init_key))
@@ -310,6 +348,9 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
   record: Dict[str, Any] = {}
   for g in range(done, meta.generations):
     state, record = _one_generation(strategy, generation, state, g, root, meta, inner_steps)
+    if meta.objective == "dpo":  # Where the search's mean is, in the loss's own terms.
+      found = experiment.agent.loss.with_drift(strategy.mean(state))
+      record.update(alpha=float(found.alpha), beta=float(found.beta))
     if evaluate is not None and ((g + 1) % meta.eval_every == 0 or g + 1 == meta.generations):
       record.update(_evaluated(evaluate, strategy.mean(state), root, g + 1))
     save_state(workdir, state, g + 1)
@@ -317,9 +358,7 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
     stream.write(_progress(record) + "\n")
     stream.flush()
   theta = strategy.mean(state)
-  save_objective(workdir, theta, dict(hidden=meta.hidden, generations=meta.generations,
-                                      agent="ppo", loss="learned_policy", form=FORM,
-                                      version=__version__, meta=dataclasses.asdict(meta)))
+  save_objective(workdir, theta, objective_about(meta, theta, experiment.agent.loss))
   return record
 
 
@@ -373,6 +412,8 @@ def _progress(record: Dict[str, Any]) -> str:
           + (f"{record['nonfinite']} non-finite, " if record.get("nonfinite") else "")
           + (f"mean theta {record['mean_theta_fitness']:.1f}, "
              if record.get("mean_theta_fitness") is not None else "")
+          + (f"alpha {record['alpha']:.3g} beta {record['beta']:.3g}, "
+             if "alpha" in record else "")
           + f"{record['sps']:,.0f} inner env steps/s")
 
 

@@ -11,11 +11,16 @@ the advantage's way further than alpha (or beta) allows. The value and entropy t
 PPO's (its value clipping keeps `clip_epsilon`).
 
     --config.loss=dpo [--config.loss.alpha=2.0 --config.loss.beta=0.6]
+
+`with_drift({"log_alpha": [a], "log_beta": [b]})` scales alpha and beta by exp(a) and
+exp(b) (traced arrays too): `python -m podracer.meta --config.meta.objective=dpo`
+searches these two numbers, DPO as a low-dimensional search target.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import copy
+from typing import Annotated, Dict
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +54,22 @@ class DPOLoss(PPOLoss):
                      normalize_advantages)
     self.alpha, self.beta = alpha, beta
 
+  def with_drift(self, theta: Dict[str, jax.Array]) -> "DPOLoss":
+    """The loss with alpha and beta scaled by exp(theta["log_alpha"]), exp(theta["log_beta"])."""
+    other = copy.copy(self)
+    other.alpha = self.alpha * jnp.exp(theta["log_alpha"][0])
+    other.beta = self.beta * jnp.exp(theta["log_beta"][0])
+    return other
+
   def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
     """rho A - f(rho, A): the per-step objective the policy ascends."""
     return ratio * advantage - dpo_drift(ratio, advantage, self.alpha, self.beta)
+
+
+DPO_KEYS = ("log_alpha", "log_beta")  # theta of DPO as a search target: log scales.
+DPO_FORM = "dpo_log_scales"  # Its form, in learned_objective.json.
+
+
+def dpo_theta() -> Dict[str, jax.Array]:
+  """theta = 0: DPO at the loss's own alpha and beta."""
+  return {k: jnp.zeros((1,), jnp.float32) for k in DPO_KEYS}

@@ -104,6 +104,11 @@ def check_form(path: str) -> None:
   except (OSError, ValueError, AttributeError) as e:
     raise ConfigError(f"Config key `loss.path`: {about}, beside it, is not a learned "
                       f"objective's description: {e}.") from None
+  if form == "dpo_log_scales":  # podracer.meta's DPO search: its constants, not a path.
+    raise ConfigError(f"Config key `loss.path`: {path} holds the alpha and beta a DPO "
+                      "search found, not a drift network: train with --config.loss=dpo "
+                      f"--config.loss.alpha={written.get('alpha')} "
+                      f"--config.loss.beta={written.get('beta')}.")
   if form not in (None, FORM):
     raise ConfigError(f"Config key `loss.path`: {path} is a learned objective of form "
                       f"{form!r} (written by podracer {version or '?'}); this podracer "
