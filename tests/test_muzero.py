@@ -355,6 +355,7 @@ def _best_by(records, env_steps):
              default=float("-inf"))
 
 
+@pytest.mark.extended  # for CI's time: MuZero's mechanism tests are in CI
 @learning
 def test_muzero_pixel_catch_anakin_learns_from_frames_with_the_atari_model(tmp_path):
   """The Atari model (IMPALA ResNet representation, residual dynamics on its map) and

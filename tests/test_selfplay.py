@@ -200,6 +200,7 @@ def test_a_bad_opponent_is_one_paragraph_naming_the_key(tmp_path):
   assert "env.opponent" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.extended  # for CI's time: AlphaZero's self-play learning is in CI
 @pytest.mark.learning
 def test_ppo_self_play_never_loses_to_random_at_tictactoe_over_2_seeds(tmp_path):
   """PPO playing both seats, games opened by up to 4 random moves, evaluated against a

@@ -1,9 +1,8 @@
 """The JAX suites' adapters (Craftax, JAXtari, Jumanji, Navix, XLand-MiniGrid, Pgx): their steps
 and episode ends, a missing or changed suite named, and PPO learning one small task of
-each as a user's command runs it, over 3 seeds in one program. CI runs Navix's and
-XLand-MiniGrid's learning (about a minute each); Tic-tac-toe's, Snake's, Pong's (2 to 7
-minutes each on CI's 2 cores beside the other lane) and Craftax's are in the extended tier,
-each suite's stepping in CI.
+each as a user's command runs it, over 3 seeds in one program. The learning tests (1 to
+7 minutes each on CI's 2 cores beside the other lane) are in the extended tier; each
+suite's stepping is in CI.
 
 The default lane installs every suite (extra `suites`); the reverb lane runs none of
 these tests (its jax 0.4.34 is too old for them)."""
@@ -174,6 +173,7 @@ def test_jumanji_refuses_a_multi_discrete_action():
 
 # -- learning, as a user's command runs it ----------------------------------------------
 
+@pytest.mark.extended  # for CI's time: each suite's stepping is in CI
 @pytest.mark.learning
 def test_ppo_solves_navix_empty_5x5_over_3_seeds(tmp_path):
   """Random legal play reaches the goal in 54 % of episodes within the 100-step limit
@@ -184,6 +184,7 @@ def test_ppo_solves_navix_empty_5x5_over_3_seeds(tmp_path):
   assert max(lengths) <= 8.0, lengths
 
 
+@pytest.mark.extended  # for CI's time: each suite's stepping is in CI
 @pytest.mark.learning
 def test_ppo_solves_xland_minigrid_empty_5x5_over_3_seeds(tmp_path):
   """XLand-MiniGrid pays 1 - 0.9 t / 80 at the goal: random legal play 0.29 an episode;
