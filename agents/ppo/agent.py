@@ -33,13 +33,15 @@ class PPO(ActorCriticAgent):
                gae_lambda: Annotated[float, Probability] = 0.95,
                num_epochs: int = 4, num_minibatches: int = 4, meta_loss: Any = None,
                distribution: Any = None, observation_normalizer: Any = None,
-               reward_normalizer: Any = None, gae_window: int = 0):
+               reward_normalizer: Any = None, gae_window: int = 0,
+               advantage_form: str = "gae"):
     super().__init__(spec, network, [Objective("ppo", self._loss, optimizer)], loss=loss,
                      distribution=distribution, observation_normalizer=observation_normalizer,
                      reward_normalizer=reward_normalizer)
     self.discount = discount
     self.gae_lambda = gae_lambda
     self.gae_window = gae_window  # >0: GAE over windows of that many steps (Brax's unrolls).
+    self.advantage_form = advantage_form  # "gae", or "brax": r + gamma v' - V (docs/agents.md)
     self.num_epochs = num_epochs
     self.num_minibatches = num_minibatches
     self.meta_loss = meta_loss  # Adapts discount and lambda online, if given.
@@ -57,7 +59,7 @@ class PPO(ActorCriticAgent):
 
   def learning_batch(self, trajectory: Trajectory, values) -> PolicyGradientBatch:
     return policy_gradient_batch(trajectory, values["discount"], values["lambda"],
-                                 self.gae_window)
+                                 self.gae_window, self.advantage_form)
 
   def update(self, nets, opt, experience: Trajectory, key):
     nets, opt, trajectory, shaped = self.prepare(nets, opt, experience)

@@ -120,3 +120,24 @@ def test_advantage_normalization_ignores_masked_entries():
 
 def test_categorical_entropy_of_uniform():
   np.testing.assert_allclose(categorical_entropy(jnp.zeros((2, 4))), np.log(4.0), rtol=1e-6)
+
+
+def test_brax_form_advantages_are_braxs_compute_gae_over_one_unroll():
+  """`form="brax"` is Brax's `compute_gae` (r + gamma v_{t+1} - V, v the lambda-return
+  targets) on one unroll without episode ends; the targets are GAE's in both."""
+  losses = pytest.importorskip("brax.training.agents.ppo.losses")
+  rng = np.random.default_rng(1)
+  reward, values = rng.normal(size=(6, 3)), rng.normal(size=(7, 3))
+  ts = TimeStep(jnp.full((7, 3), M, jnp.int32).at[0].set(F), jnp.asarray(reward[[0, *range(6)]]),
+                jnp.ones((7, 3)), None)
+  adv, target = generalized_advantages(ts, jnp.asarray(values), discount=0.97,
+                                       gae_lambda=0.95, form="brax")
+  zeros = jnp.zeros((6, 3))
+  vs, theirs = losses.compute_gae(truncation=zeros, termination=zeros,
+                                  rewards=jnp.asarray(reward), values=jnp.asarray(values[:-1]),
+                                  bootstrap_value=jnp.asarray(values[-1]), lambda_=0.95,
+                                  discount=0.97)
+  np.testing.assert_allclose(adv, theirs, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(target, vs, rtol=1e-5, atol=1e-5)
+  gae, _ = generalized_advantages(ts, jnp.asarray(values), discount=0.97, gae_lambda=0.95)
+  assert not np.allclose(gae, adv)

@@ -45,7 +45,7 @@ def transition_mask(timestep: TimeStep) -> jax.Array:
 
 
 def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: float,
-                           gae_lambda: float, window: int = 0
+                           gae_lambda: float, window: int = 0, form: str = "gae"
                            ) -> Tuple[jax.Array, jax.Array]:
   """GAE(lambda) advantages and value targets for a [T+1, B] trajectory, both [T, B].
 
@@ -53,7 +53,9 @@ def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: f
   observation; terminated ones (discount 0) do not. No advantage flows across an
   episode boundary: lambda is zeroed where the next step is LAST. With `window` w > 0,
   also at the end of every w steps: each window's advantages bootstrap from the value
-  after it, as Brax's PPO computes GAE over unrolls of its `unroll_length`.
+  after it, as Brax's PPO computes GAE over unrolls of its `unroll_length`. With
+  `form="brax"` the advantages are Brax's `compute_gae`'s, r + gamma v_{t+1} - V(s_t),
+  v the lambda-return targets (the targets are GAE's either way).
   """
   mask = transition_mask(timestep)
   next_is_last = (timestep.step_type[1:] == StepType.LAST).astype(jnp.float32)
@@ -66,11 +68,20 @@ def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: f
   gae = jax.vmap(rlax.truncated_generalized_advantage_estimation,
                  in_axes=(1, 1, 1, 1), out_axes=1)
   advantages = gae(reward_t, discount_t, lambda_t, values) * mask
-  return advantages, advantages + values[:-1]
+  targets = advantages + values[:-1]
+  if form == "brax":
+    next_targets = jnp.concatenate([targets[1:], values[-1:]], axis=0)
+    if window:  # A window's last step bootstraps from the value after it.
+      next_targets = jnp.where(ends[:, None] > 0, values[1:], next_targets)
+    advantages = (reward_t + discount_t * next_targets - values[:-1]) * mask
+  elif form != "gae":
+    raise ValueError(f"Advantage form {form!r}: 'gae' or 'brax'.")
+  return advantages, targets
 
 
 def policy_gradient_batch(trajectory: Trajectory, discount: float,
-                          gae_lambda: float, gae_window: int = 0) -> PolicyGradientBatch:
+                          gae_lambda: float, gae_window: int = 0,
+                          advantage_form: str = "gae") -> PolicyGradientBatch:
   """Flattens a [T+1, B] trajectory into the [T*B] transitions an actor-critic loss sees:
   GAE(lambda) advantages and value targets from the acting values (`extras["value"]`),
   and the acting log-probabilities (`extras["log_prob"]`)."""
@@ -79,7 +90,7 @@ def policy_gradient_batch(trajectory: Trajectory, discount: float,
   values = jax.lax.stop_gradient(trajectory.extras["value"])
   advantages, targets = generalized_advantages(
       trajectory.timestep, values, discount=discount, gae_lambda=gae_lambda,
-      window=gae_window)
+      window=gae_window, form=advantage_form)
   head = lambda x: x[:-1].reshape(-1, *x.shape[2:])
   return PolicyGradientBatch(
       observation=jax.tree.map(head, trajectory.timestep.observation),
