@@ -33,7 +33,7 @@ from podracer.components.environments.host import (EpisodeTracker, HostEnvironme
 from podracer.contracts import CHECK_BATCH  # noqa: F401 -- re-exported
 from podracer.errors import ConfigError
 from podracer.types import ArraySpec, DiscreteSpec, EnvSpec, PyTree, StepType, TimeStep
-from podracer.types import EpisodeStats, Trajectory
+from podracer.types import EpisodeStats, Trajectory, bound_arrays
 
 # -- specs and observations ---------------------------------------------------------------
 
@@ -183,8 +183,7 @@ def _random_actions(spec: EnvSpec, key: jax.Array, batch: Tuple[int, ...]) -> ja
   """Uniformly random actions of `spec`: int32 indices, or floats within the bounds."""
   if isinstance(spec.action, DiscreteSpec):
     return jax.random.randint(key, batch, 0, spec.action.num_values).astype(jnp.int32)
-  low, high = (np.broadcast_to(np.asarray(b, np.float32), spec.action.shape)
-               for b in (spec.action.minimum, spec.action.maximum))
+  low, high = bound_arrays(spec.action)
   return jax.random.uniform(key, (*batch, *spec.action.shape), jnp.float32, low, high)
 
 

@@ -165,6 +165,13 @@ def bounds(minimum, maximum) -> Tuple[Any, Any]:
   return convert(minimum), convert(maximum)
 
 
+def bound_arrays(action: ArraySpec) -> Tuple[np.ndarray, np.ndarray]:
+  """A bounded action spec's (minimum, maximum) as float32 arrays of its shape (what
+  `bounds` keeps as floats or tuples); the caller checks that there are bounds."""
+  return tuple(np.broadcast_to(np.asarray(b, np.float32), action.shape)
+               for b in (action.minimum, action.maximum))
+
+
 class ActorOutput(NamedTuple):
   action: jax.Array
   extras: PyTree  # whatever the learner needs from acting: log-probs, values, q-values

@@ -22,7 +22,7 @@ from podracer import registry
 from podracer.components.distributions.base import ActionDistribution
 from podracer.errors import ConfigError
 from podracer.registry.ranges import Positive
-from podracer.types import ArraySpec, EnvSpec
+from podracer.types import ArraySpec, EnvSpec, bound_arrays
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -53,8 +53,7 @@ def continuous_bounds(spec: EnvSpec, distribution: str) -> Tuple[np.ndarray, np.
         f"Distribution '{distribution}' (`distribution.name`) acts within the action "
         f"bounds, but the environment's action spec has none ({action!r}): give the "
         "environment bounds, or use an unbounded distribution.")
-  low, high = (np.broadcast_to(np.asarray(b, np.float32), action.shape)
-               for b in (action.minimum, action.maximum))
+  low, high = bound_arrays(action)
   if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
     raise ConfigError(
         f"Distribution '{distribution}' (`distribution.name`) needs finite action bounds "

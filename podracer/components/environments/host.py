@@ -31,7 +31,8 @@ from typing import Any, Tuple
 import jax
 import numpy as np
 
-from podracer.types import ArraySpec, EnvSpec, EpisodeStats, PyTree, StepType, TimeStep
+from podracer.types import (ArraySpec, EnvSpec, EpisodeStats, PyTree, StepType, TimeStep,
+                            bound_arrays)
 
 
 class HostEnvironment(abc.ABC):
@@ -99,8 +100,7 @@ class HostEnvironment(abc.ABC):
       if not isinstance(action, ArraySpec) or action.minimum is None:
         raise ValueError(f"{type(self).__name__}: `clip_actions` clips continuous actions "
                          f"to their bounds; this environment's actions are {action!r}.")
-      self._bounds = (np.asarray(action.minimum, np.float32),
-                      np.asarray(action.maximum, np.float32))
+      self._bounds = bound_arrays(action)
     return self._bounds
 
 

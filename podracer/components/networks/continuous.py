@@ -20,7 +20,7 @@ import numpy as np
 
 from podracer import registry
 from podracer.components.networks.torsos import MLP, activation_fn
-from podracer.types import ArraySpec, EnvSpec
+from podracer.types import ArraySpec, EnvSpec, bound_arrays
 
 
 class GaussianOutput(NamedTuple):
@@ -78,8 +78,7 @@ def action_bounds(spec: EnvSpec, network: str) -> Tuple[np.ndarray, np.ndarray]:
       or action.minimum is None or action.maximum is None):
     raise ValueError(f"Network '{network}' needs a bounded continuous action spec (a float "
                      f"ArraySpec with minimum and maximum), got action spec {action!r}.")
-  low, high = (np.broadcast_to(np.asarray(b, np.float32), action.shape)
-               for b in (action.minimum, action.maximum))
+  low, high = bound_arrays(action)
   if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
     raise ValueError(f"Network '{network}' needs finite action bounds with minimum < "
                      f"maximum, got {action.minimum!r} and {action.maximum!r}.")

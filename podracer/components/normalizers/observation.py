@@ -69,7 +69,6 @@ class ObservationNormalizer:
   """Normalises every float leaf of the observation with running statistics (module
   docstring); other leaves (an action mask, integer features) pass as they are."""
 
-  applies_to = "observation"
 
   def __init__(self, spec: EnvSpec, clip: Annotated[float, Positive] = 10.0,
                eps: Annotated[float, Positive] = 1e-8):

@@ -18,7 +18,6 @@ class RewardNormalizer:
   """The interface: `__call__(trajectory)` -> (the trajectory with the rewards the
   learner sees, metrics)."""
 
-  applies_to = "reward"
 
   def __call__(self, trajectory: Trajectory) -> Tuple[Trajectory, Dict[str, jax.Array]]:
     raise NotImplementedError
