@@ -37,6 +37,7 @@ import numpy as np
 
 from podracer import registry
 from podracer.components.losses.actor_critic import PPOLoss, clipped_surrogate
+from podracer.components.losses.dpo import DPO_FORM
 from podracer.errors import ConfigError
 from podracer.registry.ranges import NonNegative, Positive
 
@@ -104,7 +105,7 @@ def check_form(path: str) -> None:
   except (OSError, ValueError, AttributeError) as e:
     raise ConfigError(f"Config key `loss.path`: {about}, beside it, is not a learned "
                       f"objective's description: {e}.") from None
-  if form == "dpo_log_scales":  # podracer.meta's DPO search: its constants, not a path.
+  if form == DPO_FORM:  # podracer.meta's DPO search: its constants, not a path.
     raise ConfigError(f"Config key `loss.path`: {path} holds the alpha and beta a DPO "
                       "search found, not a drift network: train with --config.loss=dpo "
                       f"--config.loss.alpha={written.get('alpha')} "
