@@ -61,14 +61,16 @@ CASES = {
                           "--config.runtime.updates_per_call=4",
                           "--config.total_env_steps=49152", "--config.agent.discount=0.9",
                           "--config.meta_loss=meta_gradient"],
-    # Continuous PPO: the observation statistics in the parameters, the raw samples of a
-    # tanh-normal kept with the trajectory; 8 x 4 x 32 x 4 = 4,096 a call; 12 calls.
+    # Continuous PPO: the observation statistics in the parameters, the return statistics
+    # in the learner state and the returns in the actor state, the raw samples of a
+    # tanh-normal kept with the trajectory; 8 x 4 x 32 x 2 = 2,048 a call; 12 calls.
     "ppo_pendulum_normalized": ["--config=agents/ppo/config.py:pendulum_anakin",
                                 "--config.distribution.name=tanh_normal",
+                                "--config.reward_normalizer=return_std",
                                 "--config.runtime.num_envs_per_device=4",
                                 "--config.runtime.rollout_length=32",
-                                "--config.runtime.updates_per_call=4",
-                                "--config.total_env_steps=49152"],
+                                "--config.runtime.updates_per_call=2",
+                                "--config.total_env_steps=24576"],
 }
 RECORDS_PER_CALL = {"ppo_runs": 4, "ppo_pbt": 4}
 # The reverb lane resumes PPO CartPole (orbax and typed keys of its JAX) and no more.

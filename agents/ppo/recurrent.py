@@ -31,7 +31,7 @@ def sequences(trajectory: Trajectory, discount: float, gae_lambda: float):
 class RecurrentPPO(PPO):
   """PPO over sequences with an LSTM; `num_minibatches` must divide the environments."""
 
-  def init_actor(self, key, num_envs):
+  def init_policy_state(self, key, num_envs):
     del key
     return self.network.initial_state(num_envs)
 
@@ -48,6 +48,7 @@ class RecurrentPPO(PPO):
     return legal(out.logits, timestep.observation), out.value, state
 
   def learning_batch(self, trajectory: Trajectory, values):
+    trajectory = trajectory._replace(actor_state=self.policy_state(trajectory.actor_state))
     return sequences(trajectory, values["discount"], values["lambda"])
 
   def _loss(self, nets, minibatch, key):

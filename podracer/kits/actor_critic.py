@@ -10,20 +10,32 @@ normalisation, `shape_trajectory`. Their discount and lambda can be meta-learned
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import jax
+import jax.numpy as jnp
 
 from podracer.agent import legal
 from podracer.components.distributions import (ActionDistribution, Categorical, Policy,
                                                check_distribution)
 from podracer.components.losses import PolicyLoss
-from podracer.components.normalizers import ObservationNormalizer, RewardNormalizer
+from podracer.components.normalizers import (RETURN, ObservationNormalizer,
+                                             RewardNormalizer)
 from podracer.contracts import actor_critic_outputs
 from podracer.errors import ConfigError
 from podracer.kits.meta_gradient import MetaGradientAgent
 from podracer.learning import Objective
 from podracer.types import ActorOutput, EnvSpec, PyTree, TimeStep, Trajectory
+
+REWARD_STATISTICS = "reward_normalizer"  # The reward normaliser's state in the learner state.
+
+
+class TrackedReturn(NamedTuple):
+  """The actor state of an agent whose reward normaliser tracks returns (`return_std`):
+  the policy's own state (`init_policy_state`'s) and each environment's discounted
+  return [B]."""
+  policy: PyTree
+  discounted_return: jax.Array
 
 
 class ActorCriticAgent(MetaGradientAgent):
@@ -61,6 +73,36 @@ class ActorCriticAgent(MetaGradientAgent):
     if observation_normalizer is not None:
       network = observation_normalizer.wrap(network)
     super().__init__(spec, network, objectives, replay)
+    self.tracks_returns = reward_normalizer is not None and reward_normalizer.track_returns()
+    if self.tracks_returns and type(self).init_actor is not ActorCriticAgent.init_actor:
+      raise ConfigError(
+          f"Agent '{agent}': its `reward_normalizer` ({type(reward_normalizer).__name__}) "
+          "carries each environment's return in the actor state, but the agent overrides "
+          "init_actor: override init_policy_state instead (the kit adds the returns).")
+
+  def init_policy_state(self, key: jax.Array, num_envs: int) -> PyTree:
+    """The policy's own per-environment state (an LSTM's); none by default."""
+    return super().init_actor(key, num_envs)
+
+  def init_actor(self, key: jax.Array, num_envs: int) -> PyTree:
+    """`init_policy_state`'s, with each environment's discounted return beside it
+    (`TrackedReturn`) where the reward normaliser tracks returns."""
+    state = self.init_policy_state(key, num_envs)
+    if self.tracks_returns:
+      return TrackedReturn(state, jnp.zeros((num_envs,), jnp.float32))
+    return state
+
+  def policy_state(self, actor_state: PyTree) -> PyTree:
+    """The policy's own part of an actor state (`init_actor`'s)."""
+    return actor_state.policy if self.tracks_returns else actor_state
+
+  def init_opt(self, nets: PyTree) -> PyTree:
+    """The kit's learner state, with the reward normaliser's state where it has one."""
+    opt = super().init_opt(nets)
+    state = None if self.reward_normalizer is None else self.reward_normalizer.init()
+    if state is not None:
+      opt[REWARD_STATISTICS] = state
+    return opt
 
   def expected_outputs(self, batch_size):
     return actor_critic_outputs(self.spec, batch_size, self.distribution.num_params())
@@ -73,19 +115,25 @@ class ActorCriticAgent(MetaGradientAgent):
     return legal(out.logits, timestep.observation), out.value, actor_state
 
   def act(self, nets, actor_state, timestep: TimeStep, key) -> Tuple[ActorOutput, PyTree]:
-    params, value, actor_state = self.policy(nets, actor_state, timestep)
+    params, value, state = self.policy(nets, self.policy_state(actor_state), timestep)
     action, raw = self.distribution.sample(params, key)
     extras = dict(log_prob=self.distribution.log_prob(params, raw))
     if self.distribution.transforms_samples:
       extras["raw_action"] = raw
     if self.keeps_value:
       extras["value"] = value
-    return ActorOutput(action, extras), actor_state
+    if self.tracks_returns:
+      extras[RETURN] = self.reward_normalizer.discounted_return(
+          actor_state.discounted_return, timestep)
+      state = TrackedReturn(state, extras[RETURN])
+    return ActorOutput(action, extras), state
 
   def eval_act(self, nets, actor_state, timestep: TimeStep, key):
     del key  # The distribution's mode.
-    params, _, actor_state = self.policy(nets, actor_state, timestep)
-    return ActorOutput(self.distribution.mode(params), {}), actor_state
+    params, _, state = self.policy(nets, self.policy_state(actor_state), timestep)
+    if self.tracks_returns:
+      state = actor_state._replace(policy=state)
+    return ActorOutput(self.distribution.mode(params), {}), state
 
   def policy_input(self, params: jax.Array, key: Optional[jax.Array]) -> Any:
     """What the loss is called with for the policy's parameters [..., P]: a Policy for a
@@ -109,7 +157,10 @@ class ActorCriticAgent(MetaGradientAgent):
       nets = self.observation_normalizer.updated(nets, rows)
     trajectory, metrics = experience, {}
     if self.reward_normalizer is not None:
-      trajectory, metrics = self.reward_normalizer(trajectory)
+      trajectory, state, metrics = self.reward_normalizer.normalize(
+          opt.get(REWARD_STATISTICS), trajectory)
+      if state is not None:
+        opt = {**opt, REWARD_STATISTICS: state}
     trajectory, opt, shaped = self.shape_trajectory(nets, opt, trajectory)
     return nets, opt, trajectory, {**metrics, **shaped}
 
@@ -131,4 +182,4 @@ def _check_normalizer(normalizer: Any, interface: type, what: str, agent: str) -
       f"Agent '{agent}': its `{what}_normalizer` section names {type(normalizer).__name__}, "
       f"which does not normalise {what}s (not a {interface.__name__}): "
       + ("`running_mean_std` normalises observations." if what == "observation" else
-         "`reward_scale` scales rewards."))
+         "`reward_scale` and `return_std` normalise rewards."))

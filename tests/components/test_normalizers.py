@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from podracer import mesh
-from podracer.components.normalizers import (NETWORK, STATISTICS, ObservationNormalizer,
-                                             RewardScale)
+from podracer.components.normalizers import (NETWORK, RETURN, STATISTICS,
+                                             ObservationNormalizer, ReturnStd, RewardScale)
 from podracer.errors import ConfigError
 from podracer.testing import fake_trajectory
-from podracer.types import ACTION_MASK, ArraySpec, DiscreteSpec, EnvSpec, REPLICA_AXIS
+from podracer.types import (ACTION_MASK, ArraySpec, DiscreteSpec, EnvSpec, REPLICA_AXIS,
+                            StepType, TimeStep)
 
 SPEC = EnvSpec(ArraySpec((3,), np.float32), ArraySpec((1,), np.float32, "a", -1.0, 1.0))
 
@@ -109,3 +110,44 @@ def test_reward_scale_scales_what_the_learner_sees_only():
   chex.assert_trees_all_close(scaled.timestep.reward, 10.0 * trajectory.timestep.reward)
   chex.assert_trees_all_equal(scaled.timestep.observation, trajectory.timestep.observation)
   assert metrics == {}
+
+
+def _numpy_returns(rewards, firsts, discount):
+  """Each column's discounted return, 0 again at an episode's first step."""
+  out, carried = np.zeros_like(rewards), np.zeros(rewards.shape[1])
+  for t in range(len(rewards)):
+    carried = np.where(firsts[t], 0.0, rewards[t] + discount * carried)
+    out[t] = carried
+  return out
+
+
+def test_return_std_carries_each_environments_return_and_divides_by_its_deviation():
+  rng = np.random.default_rng(0)
+  steps, envs, discount = 12, 3, 0.9
+  rewards = rng.normal(2.0, 1.0, (steps, envs)).astype(np.float32)
+  firsts = rng.random((steps, envs)) < 0.2
+  norm = ReturnStd(discount=discount, clip=0.8)
+  carried, returns = jnp.zeros(envs), []
+  for t in range(steps):  # As the actors carry it, one step at a time.
+    step_type = np.where(firsts[t], StepType.FIRST, StepType.MID)
+    carried = norm.discounted_return(carried, TimeStep(step_type, rewards[t], 1.0, None))
+    returns.append(carried)
+  expected = _numpy_returns(rewards, firsts, discount)
+  np.testing.assert_allclose(np.stack(returns), expected, rtol=1e-5)
+
+  trajectory = fake_trajectory(SPEC, num_envs=envs, length=steps - 1)
+  trajectory = trajectory._replace(
+      timestep=trajectory.timestep._replace(reward=jnp.asarray(rewards)),
+      extras={**trajectory.extras, RETURN: jnp.stack(returns)})
+  state = norm.init()
+  for _ in range(2):  # The second batch's statistics merge both.
+    scaled, state, metrics = _replicated(norm.normalize)(state, trajectory)
+    state = jax.tree.map(lambda x: x[0], state)
+  seen = np.concatenate([expected[1:].reshape(-1)] * 2)
+  np.testing.assert_allclose(float(state.count), seen.size)
+  np.testing.assert_allclose(float(state.mean), seen.mean(), rtol=1e-5)
+  std = np.sqrt(seen.var() + 1e-8)
+  np.testing.assert_allclose(float(metrics["return_std"][0]), std, rtol=1e-4)
+  np.testing.assert_allclose(scaled.timestep.reward[0], np.clip(rewards / std, -0.8, 0.8),
+                             rtol=1e-4)
+  assert np.abs(rewards / std).max() > 0.8  # The clip did something.
