@@ -6,6 +6,7 @@ counted apart, and the steps and seconds to a return of 950.
 
   python benchmarks/continuous.py [--seeds=0,1,2] [--which=podracer,brax]
       [--total_env_steps=983040] [--out=runs/continuous]
+      [--podracer_overrides=agent.gae_window=0,agent.fresh_advantages=false]
 
 Brax 0.14's trainer calls `jax.device_put_replicated` and `jax.device_put_sharded`,
 which JAX 0.10 removed: this script puts JAX's documented drop-ins back (a stack of
@@ -35,6 +36,8 @@ _STEPS = flags.DEFINE_integer("total_env_steps", 983_040, "Env steps per run (6 
                               "of 163,840 at these settings).")
 _EVAL_EPISODES = flags.DEFINE_integer("eval_episodes", 128, "Episodes per evaluation.")
 _OUT = flags.DEFINE_string("out", "", "A folder for the curves (JSON) and the plot.")
+_OVERRIDES = flags.DEFINE_list("podracer_overrides", [], "More --config overrides for "
+                               "podracer's runs, e.g. agent.fresh_advantages=false.")
 TARGET = 950.0
 PER_UPDATE = 163_840
 
@@ -91,7 +94,8 @@ def podracer_run(seed: int, total: int, out: str) -> Dict[str, List]:
       [sys.executable, "-m", "podracer.launch", "--config=agents/ppo/config.py:brax_anakin",
        f"--workdir={workdir}", f"--config.seed={seed}", f"--config.total_env_steps={total}",
        f"--config.eval_interval={PER_UPDATE}", f"--config.eval_episodes={_EVAL_EPISODES.value}",
-       "--config.log.progress_metrics=false"],
+       "--config.log.progress_metrics=false",
+       *(f"--config.{override}" for override in _OVERRIDES.value)],
       cwd=ROOT, capture_output=True, text=True, check=False,
       env=dict(os.environ, PYTHONPATH=ROOT))
   if result.returncode:

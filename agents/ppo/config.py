@@ -262,20 +262,24 @@ def pendulum_anakin() -> config_dict.ConfigDict:
   return presets.anakin(c, num_envs_per_device=8, rollout_length=256, updates_per_call=4)
 
 
-def brax_anakin() -> config_dict.ConfigDict:
+def brax_anakin(env_name: str = "inverted_pendulum") -> config_dict.ConfigDict:
   """PPO on a Brax task (`env.env_name`, default `inverted_pendulum`) at the settings of
   Brax's training notebook: a tanh-squashed normal (its scale from the policy's last
   layer), policy 4 x 32 and value 5 x 256 swish MLPs, observations normalised, rewards
   scaled by 10, discount 0.97, GAE 0.95, clip 0.3, entropy 1e-2, learning rate 3e-4,
   2,048 environments, 32 minibatches x 4 epochs per 163,840 steps (16 unrolls of 5 steps
-  in Brax; here one rollout of 80, its GAE over the 80: GAE over windows of 5,
-  `--config.agent.gae_window=5`, learned slower here, docs/agents.md)."""
+  in Brax; here one rollout of 80 cut into 16 windows of 5), and Brax's update itself:
+  minibatches of whole windows, their advantages (Brax's form) taken in the loss from the
+  values of the network being learned (`agent.fresh_advantages`; without it, PPO's own
+  update, the curve reached 1,000 one or two updates later, docs/agents.md).
+  `brax_hopper`, `brax_halfcheetah` and `brax_ant` are the notebook's other tasks."""
   c = _continuous(_base(), "tanh_normal")
   c.total_env_steps = 983_040  # 6 updates of 163,840 steps.
-  c.env = presets.section("brax", env_name="inverted_pendulum", backend="generalized",
+  c.env = presets.section("brax", env_name=env_name, backend="generalized",
                           episode_length=1000)
   c.agent.discount, c.agent.gae_lambda = 0.97, 0.95
   c.agent.num_epochs, c.agent.num_minibatches = 4, 32
+  c.agent.gae_window, c.agent.advantage_form, c.agent.fresh_advantages = 5, "brax", True
   c.network = presets.section("gaussian_actor_critic", policy_sizes=(32, 32, 32, 32),
                               value_sizes=(256, 256, 256, 256, 256), activation="swish",
                               w_init="lecun_uniform", state_dependent_std=True,
@@ -286,6 +290,43 @@ def brax_anakin() -> config_dict.ConfigDict:
                                 max_grad_norm=config_dict.placeholder(float), anneal=False)
   c.reward_normalizer = presets.section("reward_scale", scale=10.0)
   return presets.anakin(c, num_envs_per_device=2048, rollout_length=80, updates_per_call=1)
+
+
+def _brax_task(env_name: str, total_env_steps: int, num_envs: int, steps_per_env: int,
+               ) -> config_dict.ConfigDict:
+  """`brax_anakin` on `env_name` (the `positional` backend, the notebook's for its
+  locomotion tasks), `num_envs` environments of `steps_per_env` steps an update."""
+  c = brax_anakin(env_name)
+  c.env.backend = "positional"
+  c.total_env_steps = total_env_steps
+  c.runtime.num_envs_per_device = num_envs
+  c.runtime.rollout_length = steps_per_env
+  return c
+
+
+def brax_hopper() -> config_dict.ConfigDict:
+  """PPO on Brax's `hopper`. The notebook trains hopper with SAC only: these are its PPO
+  settings of `inverted_pendulum` and `ant` (unroll 5, 32 minibatches x 4 epochs,
+  2,048 environments, batch 1,024: 163,840 steps an update), over 6.5 M steps."""
+  return _brax_task("hopper", 6_553_600, num_envs=2048, steps_per_env=80)
+
+
+def brax_halfcheetah() -> config_dict.ConfigDict:
+  """PPO on Brax's `halfcheetah` at the notebook's settings: 50 M steps, rewards
+  unscaled, discount 0.95, entropy 1e-3, 32 minibatches x 8 epochs, 2,048 environments,
+  batch 512 of unrolls of 20 (327,680 steps an update: 160 per environment)."""
+  c = _brax_task("halfcheetah", 50_000_000, num_envs=2048, steps_per_env=160)
+  c.agent.discount, c.agent.num_epochs, c.agent.gae_window = 0.95, 8, 20
+  c.loss.entropy_coef = 1e-3
+  c.reward_normalizer.scale = 1.0
+  return c
+
+
+def brax_ant() -> config_dict.ConfigDict:
+  """PPO on Brax's `ant` at the notebook's settings: 50 M steps, 4,096 environments,
+  batch 2,048 of unrolls of 5, 32 minibatches x 4 epochs (327,680 steps an update: 80
+  per environment), rewards scaled by 10, discount 0.97, entropy 1e-2."""
+  return _brax_task("ant", 50_000_000, num_envs=4096, steps_per_env=80)
 
 
 def mujoco_sebulba() -> config_dict.ConfigDict:
@@ -316,6 +357,8 @@ CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
            "memory_anakin": memory_anakin,
            "memory_ff_anakin": memory_ff_anakin, "memory_sebulba": memory_sebulba,
            "pendulum_anakin": pendulum_anakin, "brax_anakin": brax_anakin,
+           "brax_hopper": brax_hopper, "brax_halfcheetah": brax_halfcheetah,
+           "brax_ant": brax_ant,
            "mujoco_sebulba": mujoco_sebulba, "mujoco_seed": mujoco_seed}
 
 get_config = presets.getter("PPO", CONFIGS, default="cartpole_anakin")

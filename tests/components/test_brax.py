@@ -95,3 +95,28 @@ def test_bad_brax_keys_exit_2_naming_the_key():
     _make(backend="fast")
   with pytest.raises(ConfigError, match="`env`.*episode_length"):
     _make(episode_length=0)
+
+
+@needs_brax
+@pytest.mark.slow
+@pytest.mark.parametrize("name,obs,actions,steps,epochs,discount,unroll,batch", [
+    ("brax_hopper", 11, 3, 163_840, 4, 0.97, 5, 1024),
+    ("brax_halfcheetah", 17, 6, 327_680, 8, 0.95, 20, 512),
+    ("brax_ant", 27, 8, 327_680, 4, 0.97, 5, 2048)])
+def test_the_named_brax_variants_build_their_task_at_the_notebooks_settings(
+    name, obs, actions, steps, epochs, discount, unroll, batch):
+  """PPO's `brax_hopper`, `brax_halfcheetah` and `brax_ant` load their tasks offline with
+  the spec Brax gives them, and take Brax's notebook's steps per update (its batch x
+  unroll x minibatches), epochs, discount, and minibatches of `batch` windows of its
+  unroll."""
+  from agents.ppo import config as ppo_config
+  config = getattr(ppo_config, name)()
+  experiment = builder.build(config)
+  spec = experiment.agent.spec
+  assert spec.observation.shape == (obs,) and spec.action.shape == (actions,)
+  np.testing.assert_array_equal(spec.action.minimum, -1.0)
+  assert config.runtime.num_envs_per_device * config.runtime.rollout_length == steps
+  assert (experiment.agent.num_epochs, experiment.agent.discount) == (epochs, discount)
+  assert experiment.agent.num_minibatches == 32 and experiment.agent.fresh_advantages
+  assert experiment.agent.gae_window == unroll
+  assert steps // unroll // experiment.agent.num_minibatches == batch
