@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from podracer.errors import ConfigError, deepest_frame
-from podracer.types import PyTree, TimeStep
+from podracer.types import DiscreteSpec, PyTree, TimeStep
 
 # Observations the network check feeds: a batch size no spec is likely to share, so that
 # a message's shapes show which axis is the batch.
@@ -113,7 +113,7 @@ def check_network(agent: Any, component: str = "network") -> None:
                         f"dtype {np.dtype(value.dtype).name} for a batch of {CHECK_BATCH} "
                         f"observations, but agent {agent_name} needs shape {list(shape)} "
                         f"and dtype {_dtype_name(dtype)} (the environment has "
-                        f"{_num_actions(agent.spec)} actions).")
+                        f"{_describe_actions(agent.spec)}).")
 
 
 def check_objectives(agent: Any) -> None:
@@ -248,3 +248,10 @@ def _dtype_name(dtype: Any) -> str:
 
 def _num_actions(spec: Any) -> Any:
   return getattr(spec.action, "num_values", spec.action.shape)
+
+
+def _describe_actions(spec: Any) -> str:
+  """"3 actions" for discrete actions, "continuous actions of shape [1]" otherwise."""
+  if isinstance(spec.action, DiscreteSpec):
+    return f"{spec.action.num_values} actions"
+  return f"continuous actions of shape {list(spec.action.shape)}"

@@ -92,7 +92,7 @@ CONFIG = textwrap.dedent("""
 @pytest.mark.parametrize("override, expected", [
     ("--config.network.num_logits=3",
      ["network 'bad_heads' returns `logits` of shape [5, 3]", "needs shape [5, 2]",
-      "agent PPO"]),
+      "agent PPO", "(the environment has 2 actions)"]),
     ("--config.network.value_size=1",
      ["network 'bad_heads' returns `value` of shape [5, 1]", "needs shape [5]"]),
     ("--config.env.step_shape=(36,)",

@@ -1,7 +1,7 @@
 """Environments; importing this package registers them by name.
 
 JAX environments (`Environment`: CartPole, Catch, PixelCatch, Pendulum, MaskedBandit, RepeatFirst,
-and adapters of gymnax, Brax, Craftax, JAXtari, Jumanji, Navix, XLand-MiniGrid and Pgx, each suite
+and adapters of gymnax, Brax, MuJoCo Playground, Craftax, JAXtari, Jumanji, Navix, XLand-MiniGrid and Pgx, each suite
 imported when such an environment is built; batched by `VectorEnv`) run inside compiled programs; host environments (`HostEnvironment`:
 EnvPool, Gymnasium, dm_env) step on the CPU for the Sebulba runtime. EnvPool and
 Gymnasium are imported only when such an environment is built.
@@ -24,6 +24,7 @@ from podracer.components.environments.jaxtari_adapter import JAXtari
 from podracer.components.environments.jumanji_adapter import Jumanji
 from podracer.components.environments.navix_adapter import Navix, XLandMiniGrid
 from podracer.components.environments.pgx_adapter import Pgx
+from podracer.components.environments.playground_adapter import Playground
 from podracer.components.environments.host import (EpisodeTracker, HostEnvironment,
                                                    episode_stats)
 
@@ -31,4 +32,4 @@ __all__ = ["Environment", "VectorEnv", "VectorEnvState", "restart", "transition"
            "CartPole", "Catch", "PixelCatch", "Pendulum", "Gymnax", "Brax", "HostEnvironment",
            "EpisodeTracker", "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv",
            "MaskedBandit", "MaskedBanditDmEnv", "Craftax", "Jumanji", "Navix", "XLandMiniGrid",
-           "Pgx", "JAXtari", "RepeatFirst", "RepeatFirstDmEnv"]
+           "Pgx", "JAXtari", "Playground", "RepeatFirst", "RepeatFirstDmEnv"]

@@ -35,27 +35,18 @@ class BraxState(NamedTuple):
   steps: jax.Array    # int32: steps taken in this episode
 
 
-@registry.environments.register("brax")
-class Brax(Environment):
-  """`brax.envs.get_environment(env_name, backend=backend, **env_kwargs)`, its episodes
-  cut at `episode_length` steps."""
+class StepLimited(Environment):
+  """A JAX environment of Brax's protocol (`reset(key)` and `step(state, action)` giving
+  a state with `obs`, `reward` and `done`; Brax's and MuJoCo Playground's), its steps
+  counted and its episodes cut at `episode_length`, its actions bounded by [-1, 1].
+  Subclasses set `_env`, `episode_length`, `_action` and `_obs` (`_bounded_spec`)."""
 
-  def __init__(self, env_name: str = "inverted_pendulum", backend: str = "generalized",
-               episode_length: int = 1000, env_kwargs: Optional[Mapping[str, Any]] = None):
-    envs = require(
-        "brax.envs", f"The 'brax' environment ({env_name})",
-        "the default install lane has it (pip install -e \".[jax-envs]\", or pip install "
-        "brax); the reverb lane has none: Brax 0.14 needs current JAX and that lane pins "
-        "0.4.34")
-    if episode_length < 1:
-      raise ValueError(f"episode_length must be at least 1, got {episode_length}")
-    self.env_name, self.episode_length = env_name, int(episode_length)
-    known = sorted(getattr(envs, "_envs", {}))
-    if known and env_name not in known:
-      raise ValueError(f"Brax has no environment {env_name!r}; it has {', '.join(known)}")
-    self._env = envs.get_environment(env_name, backend=backend, **dict(env_kwargs or {}))
-    ones = np.ones((self._env.action_size,), np.float32)
-    self._action = ArraySpec((self._env.action_size,), np.dtype(np.float32), "action",
+  _env: Any
+  episode_length: int
+
+  def _bounded_spec(self, action_size: int) -> None:
+    ones = np.ones((action_size,), np.float32)
+    self._action = ArraySpec((action_size,), np.dtype(np.float32), "action",
                              *bounds(-ones, ones))
     self._obs = observation_spec(self)
 
@@ -73,6 +64,28 @@ class Brax(Environment):
 
   def spec(self) -> EnvSpec:
     return EnvSpec(observation=self._obs, action=self._action)
+
+
+@registry.environments.register("brax")
+class Brax(StepLimited):
+  """`brax.envs.get_environment(env_name, backend=backend, **env_kwargs)`, its episodes
+  cut at `episode_length` steps."""
+
+  def __init__(self, env_name: str = "inverted_pendulum", backend: str = "generalized",
+               episode_length: int = 1000, env_kwargs: Optional[Mapping[str, Any]] = None):
+    envs = require(
+        "brax.envs", f"The 'brax' environment ({env_name})",
+        "the default install lane has it (pip install -e \".[jax-envs]\", or pip install "
+        "brax); the reverb lane has none: Brax 0.14 needs current JAX and that lane pins "
+        "0.4.34")
+    if episode_length < 1:
+      raise ValueError(f"episode_length must be at least 1, got {episode_length}")
+    self.env_name, self.episode_length = env_name, int(episode_length)
+    known = sorted(getattr(envs, "_envs", {}))
+    if known and env_name not in known:
+      raise ValueError(f"Brax has no environment {env_name!r}; it has {', '.join(known)}")
+    self._env = envs.get_environment(env_name, backend=backend, **dict(env_kwargs or {}))
+    self._bounded_spec(self._env.action_size)
 
   def __repr__(self) -> str:
     return f"Brax({self.env_name!r})"
