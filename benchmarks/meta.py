@@ -6,6 +6,9 @@ commands do (docs/meta.md):
       --tasks="agents/ppo/config.py:cartpole_anakin;agents/ppo/config.py:catch_anakin"
   # A task with overrides: the config and each override joined by "|".
   python benchmarks/meta.py --tasks="agents/ppo/config.py:cartpole_anakin|--config.env=gymnax|--config.env.env_id=Acrobot-v1"
+  # PPO's return against its clip scale c (clip 0.2 exp(c)) first, 16 seeds each: where
+  # the gain the search should find lies.
+  python benchmarks/meta.py --clip_profile=-0.5,0,0.25,0.5,0.75,1,1.25,1.6,2.3 --seeds=16
 
 1. `python -m podracer.meta` on `--config` (its progress lines pass through).
 2. For each of `--tasks`: PPO's loss and the learned one (`--config.loss=learned_policy
@@ -45,7 +48,10 @@ def meta_train(args: argparse.Namespace, workdir: str) -> str:
              f"--workdir={workdir}", f"--config.meta.generations={args.generations}",
              f"--config.meta.population={args.population}",
              f"--config.meta.inner_env_steps={args.inner_env_steps}",
-             f"--config.meta.hidden={args.hidden}", f"--config.meta.sigma={args.sigma}"]
+             f"--config.meta.hidden={args.hidden}", f"--config.meta.sigma={args.sigma}",
+             f"--config.meta.sigma_clip={args.sigma_clip}",
+             f"--config.meta.drift_form={args.drift_form}",
+             f"--config.meta.learning_rate={args.learning_rate}"]
   start = time.perf_counter()
   subprocess.run(command, cwd=ROOT, env=_env(), check=True)
   print(f"meta-training: {time.perf_counter() - start:.0f} s", flush=True)
@@ -110,12 +116,30 @@ def plot_fitness(workdir: str, path: str) -> None:
   fig, ax = plt.subplots(figsize=(6, 3.5))
   for key in ("fitness_best", "fitness_mean", "fitness_min"):
     ax.plot(generations, [r[key] for r in records], label=key.split("_")[1])
+  evaluated = [r for r in records if r.get("mean_theta_fitness") is not None]
+  if evaluated:  # What is saved: the mean theta, on held-out seeds.
+    ax.plot([r["generation"] for r in evaluated],
+            [r["mean_theta_fitness"] for r in evaluated], "ko-", label="mean theta")
   ax.set_xlabel("generation")
   ax.set_ylabel("members' fitness (return)")
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=80)
   print(f"wrote {path}", flush=True)
+
+
+def clip_profile(args: argparse.Namespace) -> None:
+  """PPO's held return (IQM over `--seeds` seeds) at clip_epsilon 0.2 exp(c) for each c
+  of `--clip_profile`, at `--inner_env_steps`. `loss.clip_epsilon` widens PPO's value
+  clip too, which the search's c does not (docs/meta.md): where they differ, the
+  search's own profile is the learned_policy loss at log_clip c with a zero drift."""
+  for c in map(float, args.clip_profile.split(",")):
+    values = held_by_run(launch_records(
+        args.config, args.seeds, args.inner_env_steps,
+        [f"--config.loss.clip_epsilon={0.2 * np.exp(c):.6g}"]))
+    print(f"clip profile c={c:+.2f} (clip {0.2 * np.exp(c):.3f}): IQM "
+          f"{float(_iqm(np.asarray(values, np.float64))):.1f} over {len(values)} seeds "
+          f"({', '.join(f'{v:.0f}' for v in values)})", flush=True)
 
 
 def main() -> None:
@@ -128,12 +152,20 @@ def main() -> None:
   parser.add_argument("--inner_env_steps", type=int, default=65536)
   parser.add_argument("--hidden", type=int, default=16)
   parser.add_argument("--sigma", type=float, default=0.1)
+  parser.add_argument("--sigma_clip", type=float, default=0.5)
+  parser.add_argument("--learning_rate", type=float, default=0.05)
+  parser.add_argument("--drift_form", default="first_order")
+  parser.add_argument("--clip_profile", default="", help="c values: measure PPO's profile "
+                      "along the clip scale instead of meta-training")
   parser.add_argument("--seeds", type=int, default=8)
   parser.add_argument("--eval_env_steps", type=int, default=65536)
   parser.add_argument("--workdir", default="", help="keep the meta-training here")
   parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "meta_fitness.png"),
                       help="the fitness curve's file ('' for none)")
   args = parser.parse_args()
+  if args.clip_profile:
+    clip_profile(args)
+    return
   workdir = args.workdir or tempfile.mkdtemp(prefix="podracer-meta-")
   objective = meta_train(args, workdir)
   if args.plot:

@@ -50,7 +50,9 @@ OBJECTIVE_FILE = "learned_objective.npz"
 EXIT_CONFIG_ERROR = 2
 # The meta keys 0.17.0 added, at what a meta-training before them ran with: one sigma for
 # every parameter, no evaluation of the mean (resuming one takes these flags).
-META_ADDED = {"meta.sigma_clip": 0.1, "meta.eval_every": 0, "meta.objective": "drift"}
+META_ADDED = {"meta.sigma_clip": 0.1, "meta.eval_every": 0, "meta.objective": "drift",
+              "meta.drift_form": "squared",  # 0.19.0's first-order drift: squared before.
+              "meta.tasks": ""}
 # What `meta.objective` searches: the learned_policy loss's drift network and clip scale,
 # or DPO's two constants (their log scales), DPO as a low-dimensional target.
 OBJECTIVES = ("drift", "dpo")
@@ -73,6 +75,13 @@ class MetaConfig:
                                   # (`mean_theta_fitness`, on held-out seeds); 0: none
   seed: int = 0
   objective: str = "drift"        # "drift" (learned_policy) or "dpo" (log alpha, log beta)
+  drift_form: str = "first_order"  # the learned_policy drift's form: or "squared" (0.18)
+  tasks: str = ""                 # more tasks each member trains on, ";"-separated configs
+                                  # (each "path.py:NAME|--config.KEY=VALUE|..."): each
+                                  # task's fitness divided by the start's (PPO's) there
+
+  def task_list(self) -> List[str]:
+    return [t.strip() for t in self.tasks.split(";") if t.strip()]
 
   @classmethod
   def from_args(cls, args: Dict[str, str]) -> "MetaConfig":
@@ -109,6 +118,10 @@ class MetaConfig:
       raise ConfigError("Config key `meta.inner_env_steps` is negative.")
     if self.eval_every < 0:
       raise ConfigError("Config key `meta.eval_every` is negative (0: no evaluation).")
+    from podracer.components.losses.learned_policy import DRIFT_FORMS  # pylint: disable=import-outside-toplevel
+    if self.drift_form not in DRIFT_FORMS:
+      raise ConfigError(f"Config key `meta.drift_form` is {self.drift_form!r}; it is one "
+                        f"of {', '.join(DRIFT_FORMS)} (the learned_policy loss's drift).")
     if self.objective not in OBJECTIVES:
       raise ConfigError(f"Config key `meta.objective` is {self.objective!r}; it is one of "
                         f"{', '.join(OBJECTIVES)} (the learned drift network, or DPO's "
@@ -138,7 +151,8 @@ def inner_config(config: Any, meta: MetaConfig) -> Any:
     inner.loss = config_dict.ConfigDict(dict(name="dpo", **constants, **kept))
   else:
     inner.loss = config_dict.ConfigDict(dict(name="learned_policy", path=None,
-                                             hidden=meta.hidden, **kept))
+                                             hidden=meta.hidden,
+                                             drift_form=meta.drift_form, **kept))
   if meta.inner_env_steps:
     inner.total_env_steps = meta.inner_env_steps
   # A member is one replica: the plan's calls and env steps are one device's. The
@@ -256,11 +270,11 @@ def objective_about(meta: MetaConfig, theta: Dict[str, jax.Array],
                     loss: Any) -> Dict[str, Any]:
   """learned_objective.json: the form and how to train with it."""
   from podracer.components.losses import dpo  # pylint: disable=import-outside-toplevel
-  from podracer.components.losses.learned_policy import FORM  # pylint: disable=import-outside-toplevel
+  from podracer.components.losses.learned_policy import DRIFT_FORMS  # pylint: disable=import-outside-toplevel
   about = dict(hidden=meta.hidden, generations=meta.generations, agent="ppo",
                version=__version__, meta=dataclasses.asdict(meta))
   if meta.objective != "dpo":
-    return dict(about, loss="learned_policy", form=FORM)
+    return dict(about, loss="learned_policy", form=DRIFT_FORMS[meta.drift_form])
   found = loss.with_drift(theta)
   return dict(about, loss="dpo", form=dpo.DPO_FORM, alpha=float(found.alpha),
               beta=float(found.beta))
@@ -331,26 +345,29 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
   """Runs (or resumes) the meta-training into `workdir`; returns its last record."""
   from podracer import builder  # pylint: disable=import-outside-toplevel
   os.makedirs(workdir, exist_ok=True)
-  experiment = builder.build(inner_config(config, meta))
-  check_generation(experiment, meta)
+  experiments = [builder.build(inner_config(c, meta))
+                 for c in [config, *map(load_task, meta.task_list())]]
+  for task in experiments:
+    check_generation(task, meta)
+  experiment = experiments[0]
   strategy = Strategy(meta, initial_theta(meta))
   root = jax.random.PRNGKey(meta.seed)
   init_key, root = jax.random.split(root)
   state, done = load_state(workdir, strategy.init(init_key))
   _write_config(workdir, config, meta)
-  generation = generation_program(experiment, meta)
-  evaluate = evaluation_program(experiment, meta) if meta.eval_every else None
-  inner_steps = experiment.plan.env_steps_per_round * experiment.runtime.num_calls
+  tasks = Tasks(experiments, meta, root)
+  evaluate = tasks.evaluate if meta.eval_every else None
+  inner_steps = sum(e.plan.env_steps_per_round * e.runtime.num_calls for e in experiments)
   stream.write(f"meta: {meta.population * meta.member_seeds} PPO trainings of "
-               f"{inner_steps:,} env steps a generation in one program "
-               f"({meta.population} members x {meta.member_seeds}), generations "
-               f"{done + 1}-{meta.generations}\n")
+               f"{inner_steps:,} env steps a generation in one program a task "
+               f"({meta.population} members x {meta.member_seeds}, {len(experiments)} "
+               f"task{'s' * (len(experiments) > 1)}), generations "
+               f"{done + 1}-{meta.generations}\n" + tasks.describe())
   record: Dict[str, Any] = {}
   for g in range(done, meta.generations):
-    state, record = _one_generation(strategy, generation, state, g, root, meta, inner_steps)
-    if meta.objective == "dpo":  # Where the search's mean is, in the loss's own terms.
-      found = experiment.agent.loss.with_drift(strategy.mean(state))
-      record.update(alpha=float(found.alpha), beta=float(found.beta))
+    state, record = _one_generation(strategy, tasks, state, g, root, meta, inner_steps)
+    record.update(tasks.record())
+    record.update(_where(meta, experiment.agent.loss, strategy.mean(state)))
     if evaluate is not None and ((g + 1) % meta.eval_every == 0 or g + 1 == meta.generations):
       record.update(_evaluated(evaluate, strategy.mean(state), root, g + 1))
     save_state(workdir, state, g + 1)
@@ -360,6 +377,109 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
   theta = strategy.mean(state)
   save_objective(workdir, theta, objective_about(meta, theta, experiment.agent.loss))
   return record
+
+
+def load_task(text: str) -> Any:
+  """One task of `meta.tasks`: a config file's flag value and its overrides, joined by
+  "|" ("agents/ppo/config.py:catch_anakin|--config.env=gymnax|--config.env.env_id=..."),
+  loaded as the launcher loads them (a section swap, then the key overrides)."""
+  import re  # pylint: disable=import-outside-toplevel
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  from podracer.config import compose, files  # pylint: disable=import-outside-toplevel
+  path, *overrides = [part.strip() for part in text.split("|")]
+  bad = [o for o in overrides if not (o.startswith("--config.") and "=" in o)]
+  if bad:
+    raise ConfigError(f"Config key `meta.tasks`: in {text!r}, {bad[0]!r} is not a "
+                      "--config.KEY=VALUE override (a task is a config and its overrides, "
+                      "joined by \"|\").")
+  try:
+    config = files.load(path)
+  except ConfigError as e:
+    raise ConfigError(f"Config key `meta.tasks`: the task {text!r}: {e}") from None
+  choices = {m.group(1): m.group(2) for m in (re.fullmatch(r"--config\.(\w+)=(\w+)", o)
+                                             for o in overrides)
+             if m and compose.section_registry(m.group(1)) is not None}
+  rest = [o for o in overrides if o.split("=", 1)[0][len("--config."):] not in choices]
+  with config.unlocked():
+    compose.choose(config, choices)
+    compose.add_accepted(config, [o[len("--config."):].split("=", 1)[0] for o in rest])
+  values = flags.FlagValues()
+  flag = config_flags.DEFINE_config_dict("config", config, "A task.", flag_values=values)
+  saved, sys.argv = sys.argv, ["podracer.meta", *rest]  # config_flags reads sys.argv.
+  try:
+    values(sys.argv)
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+    raise ConfigError(f"Config key `meta.tasks`: could not apply {' '.join(rest)} to the "
+                      f"task {path!r}: {' '.join(str(e).split())}") from None
+  finally:
+    sys.argv = saved
+  return flag.value
+
+
+class Tasks:
+  """The generation's and the evaluation's programs over every task. With one task, a
+  member's fitness is its return there; with several, the mean over tasks of its return
+  divided by the start's (theta 0: PPO) return on that task at the same budget,
+  measured once over `meta.population` trainings of held-out seeds (OPEN's rule: tasks
+  of any scale weigh alike). Each task trains from keys of its own."""
+
+  def __init__(self, experiments: List[Any], meta: MetaConfig, root: jax.Array):
+    self.names = [f"{k}_{_env_label(e.config.env)}" for k, e in enumerate(experiments)]
+    self.generations = [generation_program(e, meta) for e in experiments]
+    self.evaluations = [evaluation_program(e, meta) for e in experiments]
+    self.baselines = np.ones(len(experiments))
+    self.means: List[float] = []
+    if len(experiments) > 1:
+      start, key = initial_theta(meta), jax.random.fold_in(root, 2**31 - 2)
+      self.baselines = np.array([max(float(jax.device_get(e(start, key))[0]), 1e-6)
+                                 for e in self.evaluations])
+
+  def describe(self) -> str:
+    if len(self.names) == 1:
+      return ""
+    return "tasks (the start's return, each task's fitness divided by it): " + ", ".join(
+        f"{n} {b:.3g}" for n, b in zip(self.names, self.baselines)) + "\n"
+
+  @staticmethod
+  def _key(key: jax.Array, k: int) -> jax.Array:
+    return key if k == 0 else jax.random.fold_in(key, k)  # One task: the keys of before.
+
+  def __call__(self, thetas: Any, key: jax.Array):
+    """(fitness [P], episodes [P], finite [P]) over every task."""
+    runs = [jax.device_get(g(thetas, self._key(key, k)))
+            for k, g in enumerate(self.generations)]
+    fitness = np.mean([f / b for (f, _, _), b in zip(runs, self.baselines)], axis=0)
+    self.means = [float(np.mean(f[np.isfinite(f)])) for f, _, _ in runs]
+    return (fitness, np.sum([e for _, e, _ in runs], axis=0),
+            np.all([f for _, _, f in runs], axis=0))
+
+  def evaluate(self, theta: Any, key: jax.Array):
+    """(the mean theta's fitness, finite), as a member's is taken."""
+    runs = [jax.device_get(e(theta, self._key(key, k))) for k, e in enumerate(self.evaluations)]
+    return (float(np.mean([v / b for (v, _), b in zip(runs, self.baselines)])),
+            bool(np.all([f for _, f in runs])))
+
+  def record(self) -> Dict[str, Any]:
+    """Per task, the members' mean return (with several tasks)."""
+    if len(self.names) == 1:
+      return {}
+    return {f"return_mean_{name}": m for name, m in zip(self.names, self.means)}
+
+
+def _where(meta: MetaConfig, loss: Any, theta: Dict[str, jax.Array]) -> Dict[str, float]:
+  """Where the search's mean is, in the loss's own terms: DPO's alpha and beta, or the
+  drift's clip scale c (PPO's clip range times exp(c))."""
+  if meta.objective == "dpo":
+    found = loss.with_drift(theta)
+    return dict(alpha=float(found.alpha), beta=float(found.beta))
+  return dict(log_clip=float(theta["log_clip"][0]))
+
+
+def _env_label(env: Any) -> str:
+  """The environment's name, and its task's where the source has several."""
+  task = next((env[k] for k in ("env_id", "task_id", "env_name") if k in env), None)
+  return str(env.name) + (f"_{task}" if task else "")
 
 
 def _one_generation(strategy, generation, state, g, root, meta, inner_steps):
@@ -414,6 +534,7 @@ def _progress(record: Dict[str, Any]) -> str:
              if record.get("mean_theta_fitness") is not None else "")
           + (f"alpha {record['alpha']:.3g} beta {record['beta']:.3g}, "
              if "alpha" in record else "")
+          + (f"c {record['log_clip']:.2f}, " if "log_clip" in record else "")
           + f"{record['sps']:,.0f} inner env steps/s")
 
 

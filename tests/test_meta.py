@@ -89,6 +89,7 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
     (dict(fitness_fraction="1.5"), "meta.fitness_fraction"),
     (dict(generatons="3"), "meta.generatons"),
     (dict(hidden="many"), "meta.hidden"),
+    (dict(drift_form="cubic"), "meta.drift_form"),
 ])
 def test_bad_meta_keys_are_one_paragraph_naming_them(args, named):
   with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
@@ -106,6 +107,11 @@ def test_bad_meta_keys_are_one_paragraph_naming_them(args, named):
      "`meta.inner_env_steps` is 500: less than one update"),
     (("--config=agents/ppo/config.py:cartpole_anakin",
       "--config.meta.population=100000000"), "`meta.population`"),
+    (("--config=agents/ppo/config.py:cartpole_anakin",
+      "--config.meta.tasks=agents/ppo/config.py:catch_anakin|total_env_steps=1"),
+     "is not a --config.KEY=VALUE override"),
+    (("--config=agents/ppo/config.py:cartpole_anakin",
+      "--config.meta.tasks=agents/ppo/config.py:no_such_config"), "`meta.tasks`"),
 ])
 def test_the_command_exits_2_with_one_paragraph(override, named, tmp_path, capsys):
   assert meta.main(["podracer.meta", *override, f"--workdir={tmp_path}"]) == 2
@@ -133,7 +139,7 @@ def test_a_diverging_members_training_is_flagged_not_finite(member_seeds):
   register_components_and_agents()
   config = ppo_config.cartpole_anakin()
   settings = meta.MetaConfig.from_args(dict(SMALL, population="2", inner_env_steps="8192",
-                                            member_seeds=member_seeds))
+                                            member_seeds=member_seeds, drift_form="squared"))
   experiment = builder.build(meta.inner_config(config, settings))
   zero = zero_drift(4)
   huge = dict(zero, w0=jnp.full_like(zero["w0"], 1e3), w1=jnp.full_like(zero["w1"], 1e30))
@@ -247,3 +253,4 @@ def test_a_dpo_search_trains_and_writes_the_alpha_and_beta_it_found(tmp_path):
   with pytest.raises(ConfigError, match=r"holds the alpha and beta a DPO search found.*"
                      r"--config.loss=dpo --config.loss.alpha="):
     LearnedPolicyLoss(path=str(tmp_path / meta.OBJECTIVE_FILE))
+

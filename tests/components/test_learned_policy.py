@@ -34,13 +34,66 @@ def _batch(key, n=64):
       value_target=jnp.ones(n), mask=jnp.ones(n))
 
 
-def test_theta_zero_is_ppo_exactly():
+@pytest.mark.parametrize("form", ["first_order", "squared"])
+def test_theta_zero_is_ppo_exactly(form):
   batch = _batch(jax.random.PRNGKey(0))
   logits = jax.random.normal(jax.random.PRNGKey(1), (64, 3))
   value = jnp.zeros(64)
   want = PPOLoss()(logits, value, batch)
-  got = LearnedPolicyLoss()(logits, value, batch)
+  got = LearnedPolicyLoss(drift_form=form)(logits, value, batch)
   chex.assert_trees_all_equal(got, want)
+
+
+def _policy_term(theta, ratio, advantage, form="first_order"):
+  return LearnedPolicyLoss(drift_form=form).with_drift(theta).surrogate(ratio, advantage)
+
+
+def test_the_first_order_drift_is_a_drift_for_any_theta_and_moves_at_first_order():
+  """rho A minus the policy term, relu(f_PPO + d_theta), is never negative, zero and flat
+  at rho = 1 for any theta; from a theta with a zero output layer (the search's start
+  in it), its gradient in that layer is not zero, where the squared drift's is."""
+  ratio = jnp.linspace(0.2, 3.0, 57)[:, None]
+  advantage = jnp.linspace(-3.0, 3.0, 57)[None, :]
+  ones = jnp.ones((57,))
+  for seed in range(5):
+    theta = _random_theta(jax.random.PRNGKey(seed))
+    drift = ratio * advantage - _policy_term(theta, ratio, advantage)
+    assert float(jnp.min(drift)) >= 0.0 and float(jnp.max(drift)) > 0.0
+    np.testing.assert_allclose(ones * advantage[0] - _policy_term(theta, ones, advantage[0]),
+                               0.0, atol=1e-6)
+    slope = jax.vmap(jax.grad(lambda r, a: r * a - _policy_term(theta, r, a)))(
+        ones, advantage[0])
+    np.testing.assert_allclose(slope, 0.0, atol=1e-5)
+  start = dict(_random_theta(jax.random.PRNGKey(7)), w1=jnp.zeros((8, 1)),
+               log_clip=jnp.zeros((1,)))
+  for form, moves in (("first_order", True), ("squared", False)):
+    grad = jax.grad(lambda w1: jnp.mean(_policy_term(
+        dict(start, w1=w1), ratio, advantage, form)))(start["w1"])
+    assert (float(jnp.abs(grad).max()) > 1e-3) == moves, (form, grad)
+  # Its policy gradient at rho = 1 is PPO's for any theta.
+  batch = _batch(jax.random.PRNGKey(2))
+  batch = batch._replace(behaviour_log_prob=jnp.full(64, jnp.log(1 / 3)))
+  logits, value = jnp.zeros((64, 3)), jnp.zeros(64)
+  loss = LearnedPolicyLoss().with_drift(_random_theta(jax.random.PRNGKey(3)))
+  grad = jax.grad(lambda l: loss(l, value, batch)[0])(logits)
+  want = jax.grad(lambda l: PPOLoss(clip_epsilon=0.2)(l, value, batch)[0])(logits)
+  np.testing.assert_allclose(grad, want, atol=1e-6)
+
+
+def test_a_file_reads_with_its_own_drift_form(tmp_path):
+  """learned_objective.json's form decides: the first-order one (0.19.0's), the squared
+  one, or no .json (0.11.0-0.13.0: squared), whatever `loss.drift_form` says."""
+  path = tmp_path / "learned_objective.npz"
+  np.savez(path, **{k: np.asarray(v) for k, v in _random_theta(jax.random.PRNGKey(1)).items()})
+  section = lambda: _section(path=str(path), hidden=8, drift_form="first_order")
+  assert registry.build(registry.losses, section(), key="loss").drift_form == "squared"
+  about = tmp_path / "learned_objective.json"
+  for form, read in (("ppo_clip_scale_and_first_order_drift", "first_order"),
+                     ("ppo_clip_scale_and_drift", "squared")):
+    about.write_text(json.dumps(dict(form=form)))
+    assert registry.build(registry.losses, section(), key="loss").drift_form == read
+  with pytest.raises(ConfigError, match="loss.drift_form"):
+    LearnedPolicyLoss(drift_form="cubic")
 
 
 def test_the_learned_drift_is_a_drift_for_any_theta():

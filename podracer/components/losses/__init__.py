@@ -7,7 +7,8 @@ from podracer.components.losses.actor_critic import (PolicyGradientBatch, Policy
                                                      generalized_advantages, normalize,
                                                      policy_gradient_batch, transition_mask)
 from podracer.components.losses.dpo import DPOLoss, dpo_drift
-from podracer.components.losses.learned_policy import (LearnedPolicyLoss, learned_drift,
+from podracer.components.losses.learned_policy import (DRIFT_FORMS, LearnedPolicyLoss,
+                                                       first_order_drift, learned_drift,
                                                        load_drift, zero_drift)
 from podracer.components.losses.meta_gradient import (MetaGradient, MetaState,
                                                       halves_in_time)
@@ -22,7 +23,8 @@ from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_ba
 __all__ = ["PolicyGradientBatch", "PolicyLoss", "PPOLoss", "as_policy", "learned_action", "categorical_entropy", "categorical_log_prob",
            "clipped_surrogate", "DPOLoss", "dpo_drift",
            "generalized_advantages", "normalize", "policy_gradient_batch", "transition_mask",
-           "LearnedPolicyLoss", "learned_drift", "load_drift", "zero_drift",
+           "DRIFT_FORMS", "LearnedPolicyLoss", "first_order_drift", "learned_drift",
+           "load_drift", "zero_drift",
            "MetaGradient", "MetaState", "halves_in_time",
            "QLearningLoss", "n_step_double_q_targets", "n_step_double_q_td",
            "QLambdaLoss", "q_lambda_targets",

@@ -8,6 +8,19 @@ and meta-learn f. This loss's policy term is
     f_theta(rho, A) = relu(g_theta(phi(rho, A)) - g_theta(phi(1, A)))^2,
     eps' = clip_epsilon * exp(c),
 
+(`drift_form="squared"`, the form of 0.11.0-0.18.0), or, from 0.19.0 by default
+(`drift_form="first_order"`, LPO's way of starting from PPO):
+
+    rho A - relu(f_PPO,eps'(rho, A) + d_theta(rho, A)),
+    d_theta(rho, A) = g_theta(phi(rho, A)) - g_theta(phi(1, A)) - (rho - 1) g'_theta(1, A),
+
+g' the derivative of g_theta(phi(rho, A)) in rho. The squared drift is fourth order in a
+search's step from theta = 0 (its gradient was 0.1 % of PPO's at sigma 0.1, docs/meta.md);
+d_theta is linear in the output layer, so the search sees it at first order; it may take
+PPO's drift away as well as add to it, and stays zero and flat at rho = 1 (d_theta is
+second order in rho - 1 there), so the objective's gradient at the policy that acted is
+still the policy gradient.
+
 g_theta a one-hidden-layer tanh network of the features phi = (rho - 1, (rho - 1)^2,
 (rho - 1) A, log rho, A log rho, A). f_theta is a drift: never negative, zero at rho = 1
 and flat there (its gradient in rho vanishes at 1), so the objective's gradient at the
@@ -45,8 +58,10 @@ NUM_FEATURES = 6
 DRIFT_KEYS = ("w0", "b0", "w1", "b1")
 CLIP_KEY = "log_clip"  # c: PPO's clip range scaled by exp(c); 0 where a file lacks it.
 # The objective's form, written in learned_objective.json beside the .npz; a file of
-# another form is refused. One without a form (0.11.0-0.13.0) is this form with c = 0.
-FORM = "ppo_clip_scale_and_drift"
+# another form is refused. One without a form (0.11.0-0.13.0) is FORM with c = 0.
+FORM = "ppo_clip_scale_and_drift"  # The squared drift.
+FIRST_ORDER_FORM = "ppo_clip_scale_and_first_order_drift"
+DRIFT_FORMS = {"first_order": FIRST_ORDER_FORM, "squared": FORM}  # drift_form -> form
 
 
 def drift_features(ratio: jax.Array, advantage: jax.Array) -> jax.Array:
@@ -66,16 +81,29 @@ def zero_drift(hidden: int = 16) -> Dict[str, jax.Array]:
 def learned_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
                   advantage: jax.Array) -> jax.Array:
   """f_theta(rho, A) >= 0, zero and flat at rho = 1."""
-  def g(features):
-    hidden = jnp.tanh(features @ theta["w0"] + theta["b0"])
-    return (hidden @ theta["w1"])[..., 0] + theta["b1"][0]
-  at_one = g(drift_features(jnp.ones_like(ratio), advantage))
-  return jnp.square(jax.nn.relu(g(drift_features(ratio, advantage)) - at_one))
+  ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
+  at_one = _g(theta, jnp.ones_like(ratio), advantage)
+  return jnp.square(jax.nn.relu(_g(theta, ratio, advantage) - at_one))
+
+
+def _g(theta: Dict[str, jax.Array], ratio: jax.Array, advantage: jax.Array) -> jax.Array:
+  hidden = jnp.tanh(drift_features(ratio, advantage) @ theta["w0"] + theta["b0"])
+  return (hidden @ theta["w1"])[..., 0] + theta["b1"][0]
+
+
+def first_order_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
+                      advantage: jax.Array) -> jax.Array:
+  """d_theta(rho, A): g_theta's difference from its tangent at rho = 1 (module
+  docstring); zero with a zero derivative at rho = 1, linear in theta's output layer."""
+  ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
+  ones = jnp.ones_like(ratio)
+  at_one, slope = jax.jvp(lambda r: _g(theta, r, advantage), (ones,), (ones,))
+  return _g(theta, ratio, advantage) - at_one - (ratio - 1.0) * slope
 
 
 def load_drift(path: str) -> Dict[str, jax.Array]:
   """theta from an .npz (w0, b0, w1, b1[, log_clip]); a ConfigError naming `loss.path`
-  otherwise, or where its .json says another form."""
+  otherwise, or where its .json says a form this podracer does not read."""
   if not os.path.isfile(path):
     raise ConfigError(f"Config key `loss.path` is {path!r}, which is not a file: give the "
                       "learned_objective.npz a `python -m podracer.meta` run wrote.")
@@ -92,12 +120,13 @@ def load_drift(path: str) -> Dict[str, jax.Array]:
   return theta
 
 
-def check_form(path: str) -> None:
-  """Refuses an objective whose learned_objective.json (beside it, where there is one)
-  names another form than this podracer's."""
+def check_form(path: str) -> str:
+  """The drift form (`DRIFT_FORMS`' key) of the objective at `path`, from the
+  learned_objective.json beside it ("squared" without one: 0.11.0-0.13.0); refuses a
+  form this podracer does not read."""
   about = os.path.splitext(path)[0] + ".json"
   if not os.path.isfile(about):
-    return
+    return "squared"
   try:
     with open(about, encoding="utf-8") as f:
       written = json.load(f)
@@ -110,11 +139,12 @@ def check_form(path: str) -> None:
                       "search found, not a drift network: train with --config.loss=dpo "
                       f"--config.loss.alpha={written.get('alpha')} "
                       f"--config.loss.beta={written.get('beta')}.")
-  if form not in (None, FORM):
+  if form not in (None, *DRIFT_FORMS.values()):
     raise ConfigError(f"Config key `loss.path`: {path} is a learned objective of form "
                       f"{form!r} (written by podracer {version or '?'}); this podracer "
-                      f"reads form {FORM!r}. Use the podracer that wrote it, or meta-train "
-                      "again.")
+                      f"reads the forms {', '.join(map(repr, DRIFT_FORMS.values()))}. Use "
+                      "the podracer that wrote it, or meta-train again.")
+  return "first_order" if form == FIRST_ORDER_FORM else "squared"
 
 
 def check_drift(theta: Dict[str, Any], where: str) -> None:
@@ -136,9 +166,14 @@ class LearnedPolicyLoss(PPOLoss):
                clip_epsilon: Annotated[float, Positive] = 0.2,
                value_coef: Annotated[float, NonNegative] = 0.5,
                entropy_coef: Annotated[float, NonNegative] = 0.01, clip_value: bool = True,
-               normalize_advantages: bool = True):
+               normalize_advantages: bool = True, drift_form: str = "first_order"):
     super().__init__(clip_epsilon, value_coef, entropy_coef, clip_value,
                      normalize_advantages)
+    if drift_form not in DRIFT_FORMS:
+      raise ConfigError(f"Config key `loss.drift_form` is {drift_form!r}; it is one of "
+                        f"{', '.join(DRIFT_FORMS)} (module docstring).")
+    # A file's own form (its learned_objective.json) decides how its theta is read.
+    self.drift_form = check_form(path) if path else drift_form
     self.drift = load_drift(path) if path else zero_drift(hidden)
 
   def with_drift(self, theta: Dict[str, jax.Array]) -> "LearnedPolicyLoss":
@@ -150,5 +185,9 @@ class LearnedPolicyLoss(PPOLoss):
   def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
     log_clip = self.drift.get(CLIP_KEY)  # A theta without it: PPO's clip range.
     epsilon = self.clip_epsilon * (1.0 if log_clip is None else jnp.exp(log_clip[0]))
-    return (clipped_surrogate(ratio, advantage, epsilon)
-            - learned_drift(self.drift, ratio, advantage))
+    clipped = clipped_surrogate(ratio, advantage, epsilon)
+    if self.drift_form == "squared":
+      return clipped - learned_drift(self.drift, ratio, advantage)
+    ppo_drift = ratio * advantage - clipped  # relu((rho - clip(rho)) A) >= 0
+    return ratio * advantage - jax.nn.relu(
+        ppo_drift + first_order_drift(self.drift, ratio, advantage))
