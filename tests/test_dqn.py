@@ -82,6 +82,7 @@ def test_one_update_learns_once_the_replay_can_sample_and_reports_its_diagnostic
   assert np.all((age > 0) & (age < 80 * config.runtime.rollout_length)), age
 
 
+@pytest.mark.extended
 @pytest.mark.learning
 def test_dqn_cartpole_anakin_over_5_seeds_reaches_475_and_holds_475_each_400(tmp_path):
   """Seeds 0-4 in one program, one host device, the whole 500K each, as a user's command

@@ -364,6 +364,7 @@ def tutorial_commands():
   return commands
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_every_command_of_the_tutorial_runs_as_it_says(tmp_path):
   project = tmp_path / "my-project"  # The user's project, outside podracer's checkout.

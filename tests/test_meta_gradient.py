@@ -180,6 +180,7 @@ def test_an_agent_without_meta_parameters_refuses_the_section(tmp_path):
   assert "Traceback" not in result.stderr
 
 
+@pytest.mark.extended
 def test_from_discount_0_9_the_adapted_discount_holds_1_2x_the_fixed_one(tmp_path):
   """Xu et al. 2018's claim on CartPole, over 5 seeds in one program each, as a user's
   command runs them: PPO started at discount 0.9 learns little of CartPole's 500 steps;

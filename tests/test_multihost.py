@@ -291,6 +291,7 @@ def test_mpirun_forms_one_run_that_a_sigterm_stops_and_a_second_mpirun_resumes(t
   _equal_records(after, records(tmp_path / "local"))
 
 
+@pytest.mark.extended
 def test_sebulba_ppo_under_mpirun_reaches_450_as_one_run(tmp_path):
   """As test_distributed's launch_local run: each rank 1 actor + 1 learner device, in
   turns (`max_policy_lag=0`) so that the seed fixes the run; the ranks agree to stop."""

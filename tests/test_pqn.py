@@ -195,6 +195,7 @@ def test_a_replay_section_is_refused_naming_it_pqn_has_none(tmp_path):
       in message
 
 
+@pytest.mark.extended
 @pytest.mark.learning
 def test_pqn_cartpole_anakin_over_5_seeds_reaches_475_and_holds_450(tmp_path):
   """purejaxql's pqn_cartpole, 5 seeds in one program, run as a user's command runs it

@@ -219,8 +219,8 @@ def _catch(num_devices):
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("replay", [  # CI: the device replay; both in the extended tier.
-    pytest.param("host", marks=pytest.mark.extended), "device"])
+@pytest.mark.parametrize("replay", ["host", "device"])  # Both in the extended tier; CI
+@pytest.mark.extended  # trains R2D2 in test_checkpoint's r2d2_catch and the tests above.
 def test_r2d2_sebulba_cartpole_holds_400_over_the_last_fifth(replay, tmp_path):
   """The same agent under Sebulba, replaying in host memory or on the learner device:
   EnvPool CartPole-v1, seed 0, one host device as a user's command runs it, the whole

@@ -133,6 +133,7 @@ def _reached(records, budget):
   return steps
 
 
+@pytest.mark.extended
 @pytest.mark.learning
 def test_sac_pendulum_anakin_over_5_seeds_reaches_and_holds_minus_250(tmp_path):
   """Seeds 0-4 in one program, one host device, the whole 100K each (2026-11-27: best

@@ -237,6 +237,7 @@ def test_an_accepted_argument_the_config_leaves_out_can_be_overridden():
   assert "nonsense" in compose.unknown_key_message(config, "env.nonsense")
 
 
+@pytest.mark.extended
 @pytest.mark.learning
 def test_alphazero_self_play_holds_95_percent_against_random_at_connect_four(tmp_path):
   """AlphaZero playing both seats of connect four, evaluated every 25k steps in 128 games

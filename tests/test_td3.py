@@ -87,6 +87,7 @@ def test_each_config_builds_and_refuses_a_prioritized_replay(name):
     builder.build_agent(config, spec, 10)
 
 
+@pytest.mark.extended
 @pytest.mark.learning
 def test_td3_pendulum_anakin_over_5_seeds_holds_minus_200(tmp_path):
   """CleanRL's TD3 settings at SAC's pace (one update per 8 env steps, 100K steps),
