@@ -239,7 +239,7 @@ def test_dm_control_tasks_through_envpool_act_and_learn_under_sebulba_and_seed(
   records = launch_runs(f"agents/ppo/config.py:{config}", tmp_path,
                         "--config.env.task_id=CartpoleSwingup-v1",
                         "--config.reward_normalizer=return_std",
-                        f"--config.total_env_steps={20480 if config == 'mujoco_seed' else 10240}")
+                        "--config.total_env_steps=20480")  # 16 environments' first 1,000
   learned = [r for r in records if "policy_loss" in r]
   assert learned and all(np.isfinite(r["policy_loss"]) and np.isfinite(r["value_loss"])
                          and r["return_std"] > 0 for r in learned)
