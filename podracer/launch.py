@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import textwrap
 
@@ -253,23 +252,6 @@ _CONFIG_PARSER = _ComposingParser(flags.FLAGS["config"].parser)
 flags.FLAGS["config"].parser = _CONFIG_PARSER
 
 
-def _section_choices(argv):
-  """Splits `--config.SECTION=NAME` (a section key, a bare component name) off argv.
-
-  ml_collections would parse NAME as a whole ConfigDict; the choices are applied by
-  _ComposingParser instead, before any key override.
-  """
-  from podracer.config import compose  # pylint: disable=import-outside-toplevel
-  choices, rest = {}, []
-  for arg in argv:
-    match = re.fullmatch(r"--config\.(\w+)=(\w+)", arg)
-    if match and compose.section_registry(match.group(1)) is not None:
-      choices[match.group(1)] = match.group(2)
-    else:
-      rest.append(arg)
-  return choices, rest
-
-
 def _parse_flags(argv):
   """absl's parser, with bad overrides reported as one paragraph instead of a traceback."""
   path = _config_path(argv)
@@ -286,11 +268,12 @@ def _parse_flags(argv):
       imports.import_all(_CONFIG_PARSER.imports)
     except ConfigError as e:
       _fail(str(e))
-  _CONFIG_PARSER.choices, argv = _section_choices(argv)
+  from podracer.config import compose  # pylint: disable=import-outside-toplevel
+  _CONFIG_PARSER.choices, argv = compose.section_choices(argv)
   # `--config.sweep.KEY=V1,V2` names keys the config does not have: podracer/config/runs.py.
   _CONFIG_PARSER.sweeps, argv = runs_lib.sweep_args(argv)
   _CONFIG_PARSER.bounds, argv = runs_lib.sweep_args(argv, runs_lib.BOUNDS_FLAG)
-  _CONFIG_PARSER.overrides = [_override_path(a) for a in argv
+  _CONFIG_PARSER.overrides = [compose.override_path(a) for a in argv
                               if a.startswith("--config.") and "=" in a]
   # ml_collections finds the overrides to define in sys.argv itself.
   sys.argv[:] = argv
@@ -311,17 +294,12 @@ def _parse_flags(argv):
     _fail(_override_error(bad, e))
 
 
-def _override_path(arg: str) -> str:
-  """KEY.PATH of an override `--config.KEY.PATH=VALUE`."""
-  return arg[len("--config."):].split("=", 1)[0]
-
-
 def _override_error(overrides, error):
   """One plain-text sentence for an override ml_collections could not apply."""
   from podracer.config import compose  # pylint: disable=import-outside-toplevel
   config = _CONFIG_PARSER.config
   for arg in overrides:
-    path = _override_path(arg)
+    path = compose.override_path(arg)
     why = config is not None and compose.unknown_key_message(config, path)
     if why:
       return f"could not apply {arg}: {why}"

@@ -24,7 +24,8 @@ Imports no JAX: the launcher uses it while parsing flags.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ml_collections import config_dict
 
@@ -72,6 +73,26 @@ def section_registry(key: str) -> Optional[registry.Registry]:
   if kind in ROLE_KINDS and key != kind:
     return registry.ALL[AGENT_SECTIONS[kind]]
   return None
+
+
+def section_choices(argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
+  """Splits `--config.SECTION=NAME` (a section key, a bare component name) off argv:
+  ({section: name}, the other arguments). ml_collections would parse NAME as a whole
+  ConfigDict; the launcher (and `podracer.meta`'s tasks) apply the choices with
+  `choose` instead, before any key override."""
+  choices, rest = {}, []
+  for arg in argv:
+    match = re.fullmatch(r"--config\.(\w+)=(\w+)", arg)
+    if match and section_registry(match.group(1)) is not None:
+      choices[match.group(1)] = match.group(2)
+    else:
+      rest.append(arg)
+  return choices, rest
+
+
+def override_path(arg: str) -> str:
+  """KEY.PATH of an override `--config.KEY.PATH=VALUE`."""
+  return arg[len("--config."):].split("=", 1)[0]
 
 
 def same_role(section: str, kind: str) -> str:

@@ -42,7 +42,7 @@ import copy
 import json
 import os
 import zipfile
-from typing import Annotated, Any, Dict, Optional
+from typing import Annotated, Any, Dict, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -104,10 +104,16 @@ def first_order_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
 def load_drift(path: str) -> Dict[str, jax.Array]:
   """theta from an .npz (w0, b0, w1, b1[, log_clip]); a ConfigError naming `loss.path`
   otherwise, or where its .json says a form this podracer does not read."""
+  return load_objective(path)[1]
+
+
+def load_objective(path: str) -> Tuple[str, Dict[str, jax.Array]]:
+  """(its drift form, theta) of the objective at `path`: `check_form`'s and
+  `load_drift`'s, its description read once."""
   if not os.path.isfile(path):
     raise ConfigError(f"Config key `loss.path` is {path!r}, which is not a file: give the "
                       "learned_objective.npz a `python -m podracer.meta` run wrote.")
-  check_form(path)
+  form = check_form(path)
   try:
     with np.load(path) as arrays:
       theta = {k: jnp.asarray(arrays[k], jnp.float32) for k in DRIFT_KEYS}
@@ -117,7 +123,7 @@ def load_drift(path: str) -> Dict[str, jax.Array]:
     raise ConfigError(f"Config key `loss.path`: {path} is not a learned objective "
                       f"(an .npz of {', '.join(DRIFT_KEYS)}): {e}.") from None
   check_drift(theta, f"loss.path ({path})")
-  return theta
+  return form, theta
 
 
 def check_form(path: str) -> str:
@@ -173,8 +179,8 @@ class LearnedPolicyLoss(PPOLoss):
       raise ConfigError(f"Config key `loss.drift_form` is {drift_form!r}; it is one of "
                         f"{', '.join(DRIFT_FORMS)} (module docstring).")
     # A file's own form (its learned_objective.json) decides how its theta is read.
-    self.drift_form = check_form(path) if path else drift_form
-    self.drift = load_drift(path) if path else zero_drift(hidden)
+    self.drift_form, self.drift = (load_objective(path) if path
+                                   else (drift_form, zero_drift(hidden)))
 
   def with_drift(self, theta: Dict[str, jax.Array]) -> "LearnedPolicyLoss":
     """The same loss with another theta (traced arrays too: the meta-learner's members)."""
