@@ -383,7 +383,6 @@ def load_task(text: str) -> Any:
   """One task of `meta.tasks`: a config file's flag value and its overrides, joined by
   "|" ("agents/ppo/config.py:catch_anakin|--config.env=gymnax|--config.env.env_id=..."),
   loaded as the launcher loads them (a section swap, then the key overrides)."""
-  import re  # pylint: disable=import-outside-toplevel
   from absl import flags  # pylint: disable=import-outside-toplevel
   from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
   from podracer.config import compose, files  # pylint: disable=import-outside-toplevel
@@ -397,17 +396,15 @@ def load_task(text: str) -> Any:
     config = files.load(path)
   except ConfigError as e:
     raise ConfigError(f"Config key `meta.tasks`: the task {text!r}: {e}") from None
-  choices = {m.group(1): m.group(2) for m in (re.fullmatch(r"--config\.(\w+)=(\w+)", o)
-                                             for o in overrides)
-             if m and compose.section_registry(m.group(1)) is not None}
-  rest = [o for o in overrides if o.split("=", 1)[0][len("--config."):] not in choices]
+  choices, rest = compose.section_choices(overrides)
   with config.unlocked():
     compose.choose(config, choices)
-    compose.add_accepted(config, [o[len("--config."):].split("=", 1)[0] for o in rest])
+    compose.add_accepted(config, [compose.override_path(o) for o in rest])
   values = flags.FlagValues()
-  flag = config_flags.DEFINE_config_dict("config", config, "A task.", flag_values=values)
-  saved, sys.argv = sys.argv, ["podracer.meta", *rest]  # config_flags reads sys.argv.
+  # config_flags finds the overrides to define in sys.argv, when the flag is defined.
+  saved, sys.argv = sys.argv, ["podracer.meta", *rest]
   try:
+    flag = config_flags.DEFINE_config_dict("config", config, "A task.", flag_values=values)
     values(sys.argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
     raise ConfigError(f"Config key `meta.tasks`: could not apply {' '.join(rest)} to the "
@@ -432,8 +429,14 @@ class Tasks:
     self.means: List[float] = []
     if len(experiments) > 1:
       start, key = initial_theta(meta), jax.random.fold_in(root, 2**31 - 2)
-      self.baselines = np.array([max(float(jax.device_get(e(start, key))[0]), 1e-6)
+      self.baselines = np.array([float(jax.device_get(e(start, key))[0])
                                  for e in self.evaluations])
+      for name, baseline in zip(self.names, self.baselines):
+        if not baseline > 0:
+          raise ConfigError(
+              f"Config key `meta.tasks`: on task {name} the start's return is {baseline:.4g} "
+              "at this budget; a fitness divided by it needs it positive. Give tasks whose "
+              "returns are positive there (or more `meta.inner_env_steps`).")
 
   def describe(self) -> str:
     if len(self.names) == 1:

@@ -130,6 +130,27 @@ def test_a_nonfinite_member_ranks_last_and_every_member_nonfinite_stops():
 
 
 @pytest.mark.slow
+def test_several_tasks_each_train_every_member_their_fitness_over_the_starts(tmp_path):
+  """CartPole and gymnax's CartPole-v1 in each generation: the start's (PPO's) return
+  measured on each, each member's fitness the mean of its returns divided by those
+  (about 1 near the start, not a raw return), each task's members' mean return in the
+  records. A task whose start returns nothing positive (Catch at this budget) has no
+  ratio: refused, naming it."""
+  out = _train(tmp_path / "two", 1, eval_every="1", inner_env_steps="8192",
+               tasks="agents/ppo/config.py:cartpole_anakin|--config.env=gymnax"
+                     "|--config.env.env_id=CartPole-v1")
+  assert "tasks (the start's return" in out and "1_gymnax_CartPole-v1" in out, out
+  record = _records(tmp_path / "two")[0]
+  assert record["return_mean_0_cartpole"] > 5, record
+  assert record["return_mean_1_gymnax_CartPole-v1"] > 5, record
+  for key in ("fitness_mean", "mean_theta_fitness"):
+    assert 0.3 < record[key] < 3.0, record  # A ratio to the start, not a raw return.
+  with pytest.raises(ConfigError, match="on task 1_catch the start's return"):
+    _train(tmp_path / "catch", 1, inner_env_steps="8192",
+           tasks="agents/ppo/config.py:catch_anakin|--config.runtime.rollout_length=64")
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("member_seeds", ["1", "2"])
 def test_a_diverging_members_training_is_flagged_not_finite(member_seeds):
   """One generation with PPO's theta and a theta whose drift is astronomically large:
