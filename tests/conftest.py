@@ -105,12 +105,41 @@ def _release_compiled_programs():
   gc.collect()
 
 
+def _cpu_seconds():
+  """User and system CPU seconds of this process (all its threads) and of its children
+  that ended (a test's `subprocess.run`, its worker processes)."""
+  import resource  # pylint: disable=import-outside-toplevel
+  total = 0.0
+  for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+    usage = resource.getrusage(who)
+    total += usage.ru_utime + usage.ru_stime
+  return total
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+  start = _cpu_seconds()
+  yield
+  item.user_properties.append(("cpu_setup", _cpu_seconds() - start))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+  start = _cpu_seconds()
+  yield
+  item.user_properties.append(("cpu_call", _cpu_seconds() - start))
+
+
 def pytest_runtest_logreport(report):
   """With PODRACER_TEST_TIMES=FILE, each test phase's duration is appended to FILE as it
-  ends (tab-separated: seconds, phase, outcome, test): a partial or killed run still says
-  where its time went (`--durations` prints only at the end)."""
+  ends (tab-separated: seconds, CPU seconds, phase, outcome, test): a partial or killed
+  run still says where its time went (`--durations` prints only at the end). The CPU
+  seconds (the process's and its finished children's, `_cpu_seconds`) are the test's own
+  work whatever else shares the machine; its seconds are not."""
   path = os.environ.get("PODRACER_TEST_TIMES")
   # Under pytest-xdist the controller gets every worker's reports: written there once.
   if path and "PYTEST_XDIST_WORKER" not in os.environ:
+    cpu = dict(report.user_properties).get(f"cpu_{report.when}", 0.0)
     with open(path, "a", encoding="utf-8") as f:
-      f.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
+      f.write(f"{report.duration:.2f}\t{cpu:.2f}\t{report.when}\t{report.outcome}\t"
+              f"{report.nodeid}\n")
