@@ -172,7 +172,8 @@ def test_a_normaliser_on_integer_observations_exits_2_with_one_paragraph(tmp_pat
   assert "remove the `observation_normalizer` section" in message
 
 
-@pytest.mark.learning
+@pytest.mark.extended  # Continuous PPO's CI tests: Brax under Anakin, EnvPool under both
+@pytest.mark.learning   # host runtimes (this config's agent), 5 seeds of its distribution
 def test_ppo_pendulum_anakin_over_5_seeds_holds_minus_250(tmp_path):
   """CleanRL's continuous-PPO settings on JAX's Pendulum (Gymnasium's dynamics), 500K
   steps, seeds 0-4 in one program (2026-12-02: two seeds ended at -195 and -178 in 29 s;
@@ -191,18 +192,18 @@ def test_ppo_brax_inverted_pendulum_anakin_reaches_braxs_1000_and_holds_it_over_
   policy evaluated on 32 episodes after each update (as Brax's trainer evaluates). Brax's
   own trainer at these settings (docs/agents.md, seeds 0-2): 1,000 at 655K steps in each
   seed, and at 819K and 983K. Bar: the same, 1,000 by 655K in each seed and at least 950
-  over the last 20 % of 983K (2026-12-02: 1,000 at 655K, 819K and 983K in each of 3
-  seeds)."""
+  over the last 20 % of 819K (its evaluation at 819K; 2026-12-02: 1,000 at 655K, 819K and
+  983K in each of 3 seeds; 175 s for 983K alone on this 2-core machine)."""
   records = launch_runs("agents/ppo/config.py:brax_anakin", tmp_path, "--config.num_runs=2",
-                        "--config.total_env_steps=983040", "--config.eval_interval=163840",
+                        "--config.total_env_steps=819200", "--config.eval_interval=163840",
                         "--config.eval_episodes=32", timeout=1500)
   curves = returns_by_run(records, key="eval_return")
   assert sorted(curves) == [0, 1], curves
   for run, points in curves.items():
     reached = [value for steps, value in points if steps == 655_360]
     assert reached and reached[0] >= 1000.0, (run, points)
-    last_fifth = [value for steps, value in points if steps > 0.8 * 983_040]
-    assert len(last_fifth) == 2 and min(last_fifth) >= 950.0, (run, points)
+    last_fifth = [value for steps, value in points if steps > 0.8 * 819_200]
+    assert len(last_fifth) == 1 and min(last_fifth) >= 950.0, (run, points)
 
 
 @pytest.mark.learning

@@ -10,10 +10,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
-from agents.ppo.config import cartpole_anakin
+from agents.ppo.config import cartpole_anakin, pendulum_anakin
 from podracer import distributed
+from podracer.components.normalizers import STATISTICS
+from podracer.config import presets
 from podracer.distributed import launch_local
 from tests.test_anakin import run_records
 
@@ -85,6 +88,43 @@ def test_anakin_two_processes_of_four_devices_match_one_of_eight(tmp_path):
   # Process 1 logged to its own file, and reached the same result.
   log = (tmp_path / "process_1.log").read_text()
   assert result(log)["final_episode_return"] == two[-1]["episode_return"]
+
+
+@pytest.mark.slow
+def test_two_processes_keep_one_set_of_observation_and_return_statistics(tmp_path):
+  """PPO on Pendulum with normalised observations and `return_std` rewards over 2
+  processes of 4 devices: the statistics are merged over all 8 replicas of both
+  processes (the actors of each process act on observations normalised by them, and
+  the learner scales rewards by them), so the records are those of one process of 8
+  devices. Statistics kept per process (4 replicas' observations, or 4 replicas'
+  returns) would change the actions of the second call and so its returns."""
+  args = ["--config.distribution.name=tanh_normal", "--config.reward_normalizer=return_std",
+          "--config.seed=3", "--config.runtime.num_envs_per_device=2",
+          "--config.runtime.rollout_length=32", "--config.runtime.updates_per_call=1",
+          "--config.total_env_steps=1536"]
+  run = run_launch_local(2, 4, "--config=agents/ppo/config.py:pendulum_anakin",
+                         f"--workdir={tmp_path}", *args)
+  assert run.returncode == 0, run.stderr[-3000:]
+  two = records(tmp_path)
+
+  config = pendulum_anakin()  # The same run in this process, on its 8 virtual devices.
+  config.distribution.name = "tanh_normal"
+  config.reward_normalizer = presets.section("return_std")
+  config.seed, config.total_env_steps = 3, 1536
+  config.runtime.num_envs_per_device, config.runtime.rollout_length = 2, 32
+  config.runtime.updates_per_call = 1
+  one, state = run_records(config)
+  counts = np.asarray(state.agent.nets[STATISTICS].count)
+  assert (counts == 1536).all(), counts  # Every step of every replica, counted once.
+
+  assert len(two) == len(one) == 3
+  for a, b in zip(two, one):
+    assert a["num_processes"] == 2 and a["num_devices"] == 8
+    exact = {k: v for k, v in a.items() if k not in NOT_COMPARED + LEARNER_KEYS
+             and k != "return_std"}
+    assert exact == {k: b[k] for k in exact}
+    for k in LEARNER_KEYS + ("return_std",):
+      assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6), k
 
 
 @pytest.mark.slow

@@ -90,9 +90,10 @@ def test_each_config_builds_and_refuses_a_prioritized_replay(name):
 @pytest.mark.extended
 @pytest.mark.learning
 def test_td3_pendulum_anakin_over_5_seeds_holds_minus_200(tmp_path):
-  """CleanRL's TD3 settings at SAC's pace (one update per 8 env steps, 100K steps),
-  seeds 0-4 in one program (2026-12-02: two seeds ended at -161 and -115, 80 s beside
-  other work). The bar: Pendulum above -200, held over the last 20 %."""
+  """CleanRL's TD3 settings and pace (one update per env step, 100K steps), seeds 0-4 in
+  one program (2026-12-02: last-20 % means -151.7, -160.1, -146.4, -148.8, -143.4, in
+  918 s beside the test suite; at one update per 8 env steps one seed held -320). The
+  bar: Pendulum above -200, held over the last 20 % by every seed."""
   records = launch_runs("agents/td3/config.py:pendulum_anakin", tmp_path,
-                        "--config.num_runs=5")
-  assert_reached_and_held(records, 5, reached=-200, held_iqm=-200)
+                        "--config.num_runs=5", timeout=2400)
+  assert_reached_and_held(records, 5, reached=-200, held_iqm=-200, held_each=-200)
