@@ -331,11 +331,14 @@ def brax_ant() -> config_dict.ConfigDict:
 
 def mujoco_sebulba() -> config_dict.ConfigDict:
   """PPO on EnvPool's HalfCheetah-v4 under Sebulba with CleanRL's continuous-PPO settings
-  (`pendulum_anakin`'s agent; 2,048 steps per update, here 8 environments x 256, 1M
-  steps); `--config.env.task_id=` swaps the task (InvertedPendulum-v4, Hopper-v4...)."""
+  (`pendulum_anakin`'s agent, rewards divided by the deviation of the discounted return
+  and clipped to +-10 as CleanRL's `NormalizeReward`; 2,048 steps per update, here 8
+  environments x 256, 1M steps); `--config.env.task_id=` swaps the task
+  (InvertedPendulum-v4, Hopper-v4...)."""
   c = pendulum_anakin()
   c.total_env_steps = 1_000_000
   c.optimizer.anneal = True
+  c.reward_normalizer = presets.section("return_std", discount=0.99)
   return presets.sebulba(c, presets.envpool("HalfCheetah-v4"), num_envs_per_actor=8,
                          rollout_length=256, max_policy_lag=1)
 

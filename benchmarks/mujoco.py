@@ -1,0 +1,73 @@
+"""PPO on EnvPool's MuJoCo under the host runtimes, beside CleanRL's published figure: for
+each config and seed, `python -m podracer.launch` as a user runs it, then the mean
+return over the last 20 % of the run's records, its final record's and the wall time.
+
+  python benchmarks/mujoco.py [--configs=mujoco_sebulba,mujoco_seed] [--seeds=0,1,2]
+      [--total_env_steps=1000000] [--overrides=env.task_id=Hopper-v4] [--out=runs/mujoco]
+
+CleanRL's `ppo_continuous_action.py` (PyTorch, one environment, the settings PPO's
+`mujoco_sebulba` takes) reports 1,443 +- 46 on HalfCheetah-v4 at 1M steps, over 3 seeds
+(its benchmark page, `openrlbenchmark`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Dict
+
+from absl import app, flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_CONFIGS = flags.DEFINE_list("configs", ["mujoco_sebulba", "mujoco_seed"], "PPO configs.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds, one run each.")
+_STEPS = flags.DEFINE_integer("total_env_steps", 1_000_000, "Env steps per run.")
+_OVERRIDES = flags.DEFINE_list("overrides", [], "More --config overrides, KEY=VALUE.")
+_OUT = flags.DEFINE_string("out", "", "A folder for the runs (default: a temporary one).")
+CLEANRL = {"HalfCheetah-v4": (1443.0, 46.0)}
+
+
+def run(config: str, seed: int, workdir: str) -> Dict[str, float]:
+  """One launch; its last-20 % mean return, final return and wall time."""
+  args = [sys.executable, "-m", "podracer.launch",
+          f"--config=agents/ppo/config.py:{config}", f"--workdir={workdir}",
+          f"--config.seed={seed}", f"--config.total_env_steps={_STEPS.value}",
+          *(f"--config.{o}" for o in _OVERRIDES.value)]
+  subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+  with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+    records = [json.loads(line) for line in f]
+  points = [(r["env_steps"], r["episode_return"]) for r in records
+            if r.get("episode_return") is not None]
+  last = points[-1][0]
+  tail = [value for steps, value in points if steps > 0.8 * last]
+  return dict(held=statistics.fmean(tail), final=points[-1][1],
+              wall=records[-1]["wall_time"])
+
+
+def main(argv):
+  del argv
+  out = _OUT.value or tempfile.mkdtemp(prefix="podracer-mujoco-")
+  task = next((o.split("=", 1)[1] for o in _OVERRIDES.value if o.startswith("env.task_id=")),
+              "HalfCheetah-v4")
+  for config in _CONFIGS.value:
+    results = [run(config, int(s), os.path.join(out, f"{config}-{s}")) for s in _SEEDS.value]
+    for seed, r in zip(_SEEDS.value, results):
+      print(f"{config} seed {seed}: last-20 % mean {r['held']:.1f}, final "
+            f"{r['final']:.1f}, {r['wall']:.0f} s", flush=True)
+    held = [r["held"] for r in results]
+    spread = statistics.stdev(held) if len(held) > 1 else 0.0
+    print(f"{config} on {task}, {_STEPS.value:,} steps, {len(held)} seeds: last-20 % mean "
+          f"{statistics.fmean(held):.1f} +- {spread:.1f}, median wall "
+          f"{statistics.median(r['wall'] for r in results):.0f} s", flush=True)
+  if task in CLEANRL:
+    print(f"CleanRL's PPO (PyTorch) on {task} at 1M steps: {CLEANRL[task][0]:,.0f} +- "
+          f"{CLEANRL[task][1]:.0f}")
+
+
+if __name__ == "__main__":
+  app.run(main)
