@@ -2,8 +2,9 @@
 each config and seed, `python -m podracer.launch` as a user runs it, then the mean
 return over the last 20 % of the run's records, its final record's and the wall time.
 
-  python benchmarks/mujoco.py [--configs=mujoco_sebulba,mujoco_seed] [--seeds=0,1,2]
+  python benchmarks/envpool_ppo.py [--configs=mujoco_sebulba,mujoco_seed] [--seeds=0,1,2]
       [--total_env_steps=1000000] [--overrides=env.task_id=Hopper-v4] [--out=runs/mujoco]
+      [--plot=docs/continuous_halfcheetah.png]
 
 CleanRL's `ppo_continuous_action.py` (PyTorch, one environment, the settings PPO's
 `mujoco_sebulba` takes) reports 1,443 +- 46 on HalfCheetah-v4 at 1M steps, over 3 seeds
@@ -18,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Dict
+from typing import Dict, List, Tuple
 
 from absl import app, flags
 
@@ -29,7 +30,35 @@ _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds, one run each.")
 _STEPS = flags.DEFINE_integer("total_env_steps", 1_000_000, "Env steps per run.")
 _OVERRIDES = flags.DEFINE_list("overrides", [], "More --config overrides, KEY=VALUE.")
 _OUT = flags.DEFINE_string("out", "", "A folder for the runs (default: a temporary one).")
+_PLOT = flags.DEFINE_string("plot", "", "A PNG of every run's curve, CleanRL's figure on it.")
 CLEANRL = {"HalfCheetah-v4": (1443.0, 46.0)}
+
+
+def curve(workdir: str) -> List[Tuple[int, float]]:
+  """A run's (env steps, mean episode return) records."""
+  with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+    records = [json.loads(line) for line in f]
+  return [(r["env_steps"], r["episode_return"]) for r in records
+          if r.get("episode_return") is not None]
+
+
+def plot(curves: Dict[str, List[List[Tuple[int, float]]]], task: str, path: str) -> None:
+  """Every run's curve, one colour per config, and CleanRL's figure at 1M steps."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for colour, (config, runs) in zip(("tab:blue", "tab:orange", "tab:green"), curves.items()):
+    for i, points in enumerate(runs):
+      steps, returns = zip(*points)
+      ax.plot(steps, returns, color=colour, alpha=0.8, label=config if i == 0 else None)
+  if task in CLEANRL:
+    mean, spread = CLEANRL[task]
+    ax.axhspan(mean - spread, mean + spread, color="grey", alpha=0.3,
+               label="CleanRL's PPO at 1M steps")
+  ax.set(xlabel="env steps", ylabel="episode return", title=f"PPO on {task}")
+  ax.legend()
+  fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
 def run(config: str, seed: int, workdir: str) -> Dict[str, float]:
@@ -41,8 +70,7 @@ def run(config: str, seed: int, workdir: str) -> Dict[str, float]:
   subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
   with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
     records = [json.loads(line) for line in f]
-  points = [(r["env_steps"], r["episode_return"]) for r in records
-            if r.get("episode_return") is not None]
+  points = curve(workdir)
   last = points[-1][0]
   tail = [value for steps, value in points if steps > 0.8 * last]
   return dict(held=statistics.fmean(tail), final=points[-1][1],
@@ -54,8 +82,11 @@ def main(argv):
   out = _OUT.value or tempfile.mkdtemp(prefix="podracer-mujoco-")
   task = next((o.split("=", 1)[1] for o in _OVERRIDES.value if o.startswith("env.task_id=")),
               "HalfCheetah-v4")
+  curves = {}
   for config in _CONFIGS.value:
-    results = [run(config, int(s), os.path.join(out, f"{config}-{s}")) for s in _SEEDS.value]
+    dirs = [os.path.join(out, f"{config}-{s}") for s in _SEEDS.value]
+    results = [run(config, int(s), d) for s, d in zip(_SEEDS.value, dirs)]
+    curves[config] = [curve(d) for d in dirs]
     for seed, r in zip(_SEEDS.value, results):
       print(f"{config} seed {seed}: last-20 % mean {r['held']:.1f}, final "
             f"{r['final']:.1f}, {r['wall']:.0f} s", flush=True)
@@ -64,6 +95,8 @@ def main(argv):
     print(f"{config} on {task}, {_STEPS.value:,} steps, {len(held)} seeds: last-20 % mean "
           f"{statistics.fmean(held):.1f} +- {spread:.1f}, median wall "
           f"{statistics.median(r['wall'] for r in results):.0f} s", flush=True)
+  if _PLOT.value:
+    plot(curves, task, _PLOT.value)
   if task in CLEANRL:
     print(f"CleanRL's PPO (PyTorch) on {task} at 1M steps: {CLEANRL[task][0]:,.0f} +- "
           f"{CLEANRL[task][1]:.0f}")
