@@ -19,11 +19,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from absl import app, flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from podracer.logs.metrics import tail_mean  # noqa: E402  pylint: disable=wrong-import-position
 
 _CONFIGS = flags.DEFINE_list("configs", ["mujoco_sebulba", "mujoco_seed"], "PPO configs.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds, one run each.")
@@ -34,11 +36,14 @@ _PLOT = flags.DEFINE_string("plot", "", "A PNG of every run's curve, CleanRL's f
 CLEANRL = {"HalfCheetah-v4": (1443.0, 46.0)}
 
 
-def curve(workdir: str) -> List[Tuple[int, float]]:
-  """A run's (env steps, mean episode return) records."""
+def records(workdir: str) -> List[dict]:
   with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
-    records = [json.loads(line) for line in f]
-  return [(r["env_steps"], r["episode_return"]) for r in records
+    return [json.loads(line) for line in f]
+
+
+def curve(runs: List[dict]) -> List[Tuple[int, float]]:
+  """A run's (env steps, mean episode return) records."""
+  return [(r["env_steps"], r["episode_return"]) for r in runs
           if r.get("episode_return") is not None]
 
 
@@ -61,20 +66,18 @@ def plot(curves: Dict[str, List[List[Tuple[int, float]]]], task: str, path: str)
   fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
-def run(config: str, seed: int, workdir: str) -> Dict[str, float]:
-  """One launch; its last-20 % mean return, final return and wall time."""
+def run(config: str, seed: int, workdir: str) -> Dict[str, Any]:
+  """One launch; its curve, what it held (`tail_mean`: the last 20 % of its records),
+  its final return and wall time."""
   args = [sys.executable, "-m", "podracer.launch",
           f"--config=agents/ppo/config.py:{config}", f"--workdir={workdir}",
           f"--config.seed={seed}", f"--config.total_env_steps={_STEPS.value}",
           *(f"--config.{o}" for o in _OVERRIDES.value)]
   subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-  with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
-    records = [json.loads(line) for line in f]
-  points = curve(workdir)
-  last = points[-1][0]
-  tail = [value for steps, value in points if steps > 0.8 * last]
-  return dict(held=statistics.fmean(tail), final=points[-1][1],
-              wall=records[-1]["wall_time"])
+  runs = records(workdir)
+  points = curve(runs)
+  return dict(curve=points, held=tail_mean([value for _, value in points]),
+              final=points[-1][1], wall=runs[-1]["wall_time"])
 
 
 def main(argv):
@@ -84,9 +87,8 @@ def main(argv):
               "HalfCheetah-v4")
   curves = {}
   for config in _CONFIGS.value:
-    dirs = [os.path.join(out, f"{config}-{s}") for s in _SEEDS.value]
-    results = [run(config, int(s), d) for s, d in zip(_SEEDS.value, dirs)]
-    curves[config] = [curve(d) for d in dirs]
+    results = [run(config, int(s), os.path.join(out, f"{config}-{s}")) for s in _SEEDS.value]
+    curves[config] = [r["curve"] for r in results]
     for seed, r in zip(_SEEDS.value, results):
       print(f"{config} seed {seed}: last-20 % mean {r['held']:.1f}, final "
             f"{r['final']:.1f}, {r['wall']:.0f} s", flush=True)

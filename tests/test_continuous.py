@@ -235,7 +235,7 @@ def test_ppo_seed_on_envpool_inverted_pendulum_learns_within_100k_steps(tmp_path
 @pytest.mark.learning
 def test_ppo_sebulba_on_envpool_halfcheetah_is_at_least_cleanrls_at_1m_steps(tmp_path):
   """PPO's `mujoco_sebulba` on HalfCheetah-v4, 1M steps, seeds 0-2 (2026-12-02: last-20 %
-  means 1,565.7, 1,506.0, 3,241.3, 88-131 s each). The bar: CleanRL's PyTorch PPO at the
+  means 1,563.2, 1,504.3, 3,222.0, 88-131 s each). The bar: CleanRL's PyTorch PPO at the
   same settings, 1,443 +- 46 at 1M steps, by the mean of the three."""
   held = []
   for seed in range(3):
