@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from tests.processes import with_sigint_ignored
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCORECARD = ROOT / "benchmarks" / "scorecard.py"
 SECTIONS = ("anakin", "sebulba", "seed", "muzero", "runs", "learn")
@@ -68,10 +70,10 @@ def test_a_section_whose_package_is_missing_is_a_skipped_row(tmp_path, monkeypat
 def test_ctrl_c_stops_the_running_section_and_writes_the_table_so_far(tmp_path):
   # Started with SIGINT ignored, as the test lanes' background jobs start everything: the
   # script must take Ctrl-C all the same.
-  process = subprocess.Popen([sys.executable, str(SCORECARD), "--quick", f"--out={tmp_path}",
-                              "--only=anakin,sebulba"], cwd=ROOT, env=_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  process = subprocess.Popen(with_sigint_ignored([sys.executable, str(SCORECARD), "--quick",
+                                                  f"--out={tmp_path}", "--only=anakin,sebulba"]),
+                             cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
   lines = []
   for line in process.stdout:  # Interrupt once the second section has started.
     lines.append(line)

@@ -27,6 +27,7 @@ from podracer.runtimes.sebulba import ParamsStore
 from podracer.runtimes.host.params import PolicyLagBound
 from podracer.runtimes.host.batches import stack_and_split as _stack_and_split
 from podracer.types import StepType, Trajectory
+from tests.processes import with_sigint_ignored
 from tests.learning import best_by_run, launch_runs
 from tests.test_launch import launch as launch_and_wait
 
@@ -367,11 +368,12 @@ def test_environment_crash_stops_every_thread_with_its_traceback():
 # Through the launcher, as a user runs it.
 
 
-def launch(*args, **popen_kwargs):
+def launch(*args, sigint_ignored=False):
   env = dict(os.environ, PYTHONPATH=str(ROOT))
-  return subprocess.Popen([sys.executable, "-m", "podracer.launch", *args], cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          **popen_kwargs)
+  command = [sys.executable, "-m", "podracer.launch", *args]
+  return subprocess.Popen(with_sigint_ignored(command) if sigint_ignored else command,
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
 
 
 @pytest.mark.slow
@@ -397,7 +399,7 @@ def test_ctrl_c_stops_threads_and_environments_and_exits_130(tmp_path):
   inherits it (a CI run started with `&` trained on through the signal until killed)."""
   process = launch("--config=agents/ppo/config.py:cartpole_sebulba",
                    "--config.total_env_steps=100000000", f"--workdir={tmp_path}",
-                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                   sigint_ignored=True)
   metrics = tmp_path / "metrics.jsonl"
   deadline = time.monotonic() + 120
   while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
