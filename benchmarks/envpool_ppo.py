@@ -5,6 +5,10 @@ return over the last 20 % of the run's records, its final record's and the wall 
   python benchmarks/envpool_ppo.py [--configs=mujoco_sebulba,mujoco_seed] [--seeds=0,1,2]
       [--total_env_steps=1000000] [--overrides=env.task_id=Hopper-v4] [--out=runs/mujoco]
       [--plot=docs/continuous_halfcheetah.png]
+  # TD3 and SAC beside each other (a config AGENT:NAME), keeping runs already in --out:
+  python benchmarks/envpool_ppo.py --configs=td3:mujoco_sebulba,sac:mujoco_sebulba \
+      --total_env_steps=300000 --seeds=0,1 --out=runs/offpolicy --existing \
+      --plot=docs/continuous_halfcheetah_td3_sac.png
 
 CleanRL's `ppo_continuous_action.py` (PyTorch, one environment, the settings PPO's
 `mujoco_sebulba` takes) reports 1,443 +- 46 on HalfCheetah-v4 at 1M steps, over 3 seeds
@@ -27,12 +31,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from podracer.logs.metrics import tail_mean  # noqa: E402  pylint: disable=wrong-import-position
 
-_CONFIGS = flags.DEFINE_list("configs", ["mujoco_sebulba", "mujoco_seed"], "PPO configs.")
+_CONFIGS = flags.DEFINE_list("configs", ["mujoco_sebulba", "mujoco_seed"],
+                             "Configs: NAME (PPO's) or AGENT:NAME (agents/AGENT/config.py).")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds, one run each.")
 _STEPS = flags.DEFINE_integer("total_env_steps", 1_000_000, "Env steps per run.")
 _OVERRIDES = flags.DEFINE_list("overrides", [], "More --config overrides, KEY=VALUE.")
 _OUT = flags.DEFINE_string("out", "", "A folder for the runs (default: a temporary one).")
 _PLOT = flags.DEFINE_string("plot", "", "A PNG of every run's curve, CleanRL's figure on it.")
+_EXISTING = flags.DEFINE_bool("existing", False, "Read a run whose workdir in --out holds "
+                              "a finished run's records instead of launching it again.")
 CLEANRL = {"HalfCheetah-v4": (1443.0, 46.0)}
 
 
@@ -57,27 +64,35 @@ def plot(curves: Dict[str, List[List[Tuple[int, float]]]], task: str, path: str)
     for i, points in enumerate(runs):
       steps, returns = zip(*points)
       ax.plot(steps, returns, color=colour, alpha=0.8, label=config if i == 0 else None)
-  if task in CLEANRL:
+  if task in CLEANRL and any(":" not in config for config in curves):  # PPO's figure
     mean, spread = CLEANRL[task]
     ax.axhspan(mean - spread, mean + spread, color="grey", alpha=0.3,
                label="CleanRL's PPO at 1M steps")
-  ax.set(xlabel="env steps", ylabel="episode return", title=f"PPO on {task}")
+  ax.set(xlabel="env steps", ylabel="episode return", title=task)
   ax.legend()
   fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
 def run(config: str, seed: int, workdir: str) -> Dict[str, Any]:
-  """One launch; its curve, what it held (`tail_mean`: the last 20 % of its records),
-  its final return and wall time."""
+  """One launch (or, with --existing, a finished one's records); its curve, what it held
+  (`tail_mean`: the last 20 % of its records), its final return and wall time."""
+  agent, name = config.split(":", 1) if ":" in config else ("ppo", config)
   args = [sys.executable, "-m", "podracer.launch",
-          f"--config=agents/ppo/config.py:{config}", f"--workdir={workdir}",
+          f"--config=agents/{agent}/config.py:{name}", f"--workdir={workdir}",
           f"--config.seed={seed}", f"--config.total_env_steps={_STEPS.value}",
           *(f"--config.{o}" for o in _OVERRIDES.value)]
-  subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+  if not (_EXISTING.value and _finished(workdir)):
+    subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
   runs = records(workdir)
   points = curve(runs)
   return dict(curve=points, held=tail_mean([value for _, value in points]),
               final=points[-1][1], wall=runs[-1]["wall_time"])
+
+
+def _finished(workdir: str) -> bool:
+  """Its records reach --total_env_steps."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  return os.path.isfile(path) and records(workdir)[-1].get("env_steps", 0) >= _STEPS.value
 
 
 def main(argv):
@@ -87,7 +102,8 @@ def main(argv):
               "HalfCheetah-v4")
   curves = {}
   for config in _CONFIGS.value:
-    results = [run(config, int(s), os.path.join(out, f"{config}-{s}")) for s in _SEEDS.value]
+    results = [run(config, int(s), os.path.join(out, f"{config.replace(':', '_')}-{s}"))
+               for s in _SEEDS.value]
     curves[config] = [r["curve"] for r in results]
     for seed, r in zip(_SEEDS.value, results):
       print(f"{config} seed {seed}: last-20 % mean {r['held']:.1f}, final "
@@ -99,7 +115,7 @@ def main(argv):
           f"{statistics.median(r['wall'] for r in results):.0f} s", flush=True)
   if _PLOT.value:
     plot(curves, task, _PLOT.value)
-  if task in CLEANRL:
+  if task in CLEANRL and any(":" not in config for config in _CONFIGS.value):
     print(f"CleanRL's PPO (PyTorch) on {task} at 1M steps: {CLEANRL[task][0]:,.0f} +- "
           f"{CLEANRL[task][1]:.0f}")
 

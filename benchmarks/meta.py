@@ -51,7 +51,8 @@ def meta_train(args: argparse.Namespace, workdir: str) -> str:
              f"--config.meta.hidden={args.hidden}", f"--config.meta.sigma={args.sigma}",
              f"--config.meta.sigma_clip={args.sigma_clip}",
              f"--config.meta.drift_form={args.drift_form}",
-             f"--config.meta.learning_rate={args.learning_rate}"]
+             f"--config.meta.learning_rate={args.learning_rate}",
+             f"--config.meta.seed={args.meta_seed}", f"--config.meta.tasks={args.meta_tasks}"]
   start = time.perf_counter()
   subprocess.run(command, cwd=ROOT, env=_env(), check=True)
   print(f"meta-training: {time.perf_counter() - start:.0f} s", flush=True)
@@ -147,13 +148,16 @@ def main() -> None:
   parser.add_argument("--config", default="agents/ppo/config.py:cartpole_anakin")
   parser.add_argument("--tasks", default="agents/ppo/config.py:cartpole_anakin;"
                       "agents/ppo/config.py:catch_anakin")
-  parser.add_argument("--generations", type=int, default=15)
+  parser.add_argument("--generations", type=int, default=30)
   parser.add_argument("--population", type=int, default=16)
   parser.add_argument("--inner_env_steps", type=int, default=65536)
   parser.add_argument("--hidden", type=int, default=16)
-  parser.add_argument("--sigma", type=float, default=0.1)
-  parser.add_argument("--sigma_clip", type=float, default=0.5)
+  parser.add_argument("--sigma", type=float, default=0.01)
+  parser.add_argument("--sigma_clip", type=float, default=1.0)
   parser.add_argument("--learning_rate", type=float, default=0.05)
+  parser.add_argument("--meta_seed", type=int, default=0, help="the search's seed")
+  parser.add_argument("--meta_tasks", default="", help="more tasks the search trains each "
+                      "member on (`meta.tasks`: ';'-separated, overrides joined by '|')")
   parser.add_argument("--drift_form", default="first_order")
   parser.add_argument("--clip_profile", default="", help="c values: measure PPO's profile "
                       "along the clip scale instead of meta-training")

@@ -52,7 +52,8 @@ EXIT_CONFIG_ERROR = 2
 # every parameter, no evaluation of the mean (resuming one takes these flags).
 META_ADDED = {"meta.sigma_clip": 0.1, "meta.eval_every": 0, "meta.objective": "drift",
               "meta.drift_form": "squared",  # 0.19.0's first-order drift: squared before.
-              "meta.tasks": ""}
+              "meta.tasks": "",
+              "meta.value_clip": False}  # 0.20.0's c_v: none before.
 # What `meta.objective` searches: the learned_policy loss's drift network and clip scale,
 # or DPO's two constants (their log scales), DPO as a low-dimensional target.
 OBJECTIVES = ("drift", "dpo")
@@ -63,9 +64,10 @@ class MetaConfig:
   """The `meta.*` keys."""
   generations: int = 20
   population: int = 16            # ES members a generation (even: antithetic pairs)
-  sigma: float = 0.1              # the search distribution's std over the drift's weights
-  sigma_clip: float = 0.5         # ... over c, the learned log clip scale (wide: its gain
-                                  # lies several tenths away, docs/meta.md)
+  sigma: float = 0.01             # the search distribution's std over the drift's weights
+                                  # (0.1 before 0.20.0: their noise drowned c_v's signal)
+  sigma_clip: float = 1.0         # ... over c and c_v, the learned log clip scales (wide:
+                                  # their gain lies most of a unit away, docs/meta.md)
   learning_rate: float = 0.05     # of Adam on the strategy's mean
   hidden: int = 16                # the drift network's hidden units
   inner_env_steps: int = 0        # each member's training; 0: the config's total_env_steps
@@ -79,6 +81,7 @@ class MetaConfig:
   tasks: str = ""                 # more tasks each member trains on, ";"-separated configs
                                   # (each "path.py:NAME|--config.KEY=VALUE|..."): each
                                   # task's fitness divided by the start's (PPO's) there
+  value_clip: bool = True         # theta scales the value loss's clip range too (c_v)
 
   def task_list(self) -> List[str]:
     return [t.strip() for t in self.tasks.split(";") if t.strip()]
@@ -94,7 +97,8 @@ class MetaConfig:
                           f"{', '.join(fields)}.")
       kind = type(fields[key].default)
       try:
-        values[key] = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+        values[key] = (_boolean(text) if kind is bool else kind(float(text))
+                       if kind is int and "e" in text.lower() else kind(text))
       except ValueError:
         raise ConfigError(f"Config key `meta.{key}` is {text!r}, not {kind.__name__}.") from None
     return cls(**values).checked()
@@ -127,6 +131,12 @@ class MetaConfig:
                         f"{', '.join(OBJECTIVES)} (the learned drift network, or DPO's "
                         "alpha and beta).")
     return self
+
+
+def _boolean(text: str) -> bool:
+  if text.strip().lower() not in ("true", "false", "1", "0"):
+    raise ValueError(text)
+  return text.strip().lower() in ("true", "1")
 
 
 def inner_config(config: Any, meta: MetaConfig) -> Any:
@@ -249,12 +259,13 @@ def evaluation_program(experiment: Any, meta: MetaConfig) -> Callable:
   return jax.jit(evaluate)
 
 
-WIDE_KEYS = ("log_clip", "log_alpha", "log_beta")  # Scalar log scales: searched widely.
+# Scalar log scales, searched widely.
+WIDE_KEYS = ("log_clip", "log_value_clip", "log_alpha", "log_beta")
 
 
 def search_std(meta: MetaConfig, theta: Dict[str, jax.Array]) -> Dict[str, jax.Array]:
   """The search distribution's std per parameter: `sigma_clip` on the scalar log scales
-  (the clip scale c; DPO's log alpha and log beta), `sigma` on the drift network's
+  (the clip scales c and c_v; DPO's log alpha and log beta), `sigma` on the drift network's
   weights."""
   return {k: jnp.full(jnp.shape(v), meta.sigma_clip if k in WIDE_KEYS else meta.sigma,
                       jnp.float32) for k, v in theta.items()}
@@ -263,18 +274,20 @@ def search_std(meta: MetaConfig, theta: Dict[str, jax.Array]) -> Dict[str, jax.A
 def initial_theta(meta: MetaConfig) -> Dict[str, jax.Array]:
   """Where the search starts: PPO (a zero drift) or DPO at its constants."""
   from podracer.components.losses import dpo, zero_drift  # pylint: disable=import-outside-toplevel
-  return dpo.dpo_theta() if meta.objective == "dpo" else zero_drift(meta.hidden)
+  return (dpo.dpo_theta() if meta.objective == "dpo"
+          else zero_drift(meta.hidden, meta.value_clip))
 
 
 def objective_about(meta: MetaConfig, theta: Dict[str, jax.Array],
                     loss: Any) -> Dict[str, Any]:
   """learned_objective.json: the form and how to train with it."""
   from podracer.components.losses import dpo  # pylint: disable=import-outside-toplevel
-  from podracer.components.losses.learned_policy import DRIFT_FORMS  # pylint: disable=import-outside-toplevel
+  from podracer.components.losses.learned_policy import objective_form  # pylint: disable=import-outside-toplevel
   about = dict(hidden=meta.hidden, generations=meta.generations, agent="ppo",
                version=__version__, meta=dataclasses.asdict(meta))
   if meta.objective != "dpo":
-    return dict(about, loss="learned_policy", form=DRIFT_FORMS[meta.drift_form])
+    return dict(about, loss="learned_policy",
+                form=objective_form(meta.drift_form, meta.value_clip))
   found = loss.with_drift(theta)
   return dict(about, loss="dpo", form=dpo.DPO_FORM, alpha=float(found.alpha),
               beta=float(found.beta))
@@ -366,7 +379,6 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
   record: Dict[str, Any] = {}
   for g in range(done, meta.generations):
     state, record = _one_generation(strategy, tasks, state, g, root, meta, inner_steps)
-    record.update(tasks.record())
     record.update(_where(meta, experiment.agent.loss, strategy.mean(state)))
     if evaluate is not None and ((g + 1) % meta.eval_every == 0 or g + 1 == meta.generations):
       record.update(_evaluated(evaluate, strategy.mean(state), root, g + 1))
@@ -426,7 +438,6 @@ class Tasks:
     self.generations = [generation_program(e, meta) for e in experiments]
     self.evaluations = [evaluation_program(e, meta) for e in experiments]
     self.baselines = np.ones(len(experiments))
-    self.means: List[float] = []
     if len(experiments) > 1:
       start, key = initial_theta(meta), jax.random.fold_in(root, 2**31 - 2)
       self.baselines = np.array([float(jax.device_get(e(start, key))[0])
@@ -449,13 +460,14 @@ class Tasks:
     return key if k == 0 else jax.random.fold_in(key, k)  # One task: the keys of before.
 
   def __call__(self, thetas: Any, key: jax.Array):
-    """(fitness [P], episodes [P], finite [P]) over every task."""
+    """(fitness [P], episodes [P], finite [P], the record's per-task figures) over every
+    task."""
     runs = [jax.device_get(g(thetas, self._key(key, k)))
             for k, g in enumerate(self.generations)]
     fitness = np.mean([f / b for (f, _, _), b in zip(runs, self.baselines)], axis=0)
-    self.means = [float(np.mean(f[np.isfinite(f)])) for f, _, _ in runs]
+    means = [float(np.mean(f[np.isfinite(f)])) for f, _, _ in runs]
     return (fitness, np.sum([e for _, e, _ in runs], axis=0),
-            np.all([f for _, _, f in runs], axis=0))
+            np.all([f for _, _, f in runs], axis=0), self.record(means))
 
   def evaluate(self, theta: Any, key: jax.Array):
     """(the mean theta's fitness, finite), as a member's is taken."""
@@ -463,11 +475,11 @@ class Tasks:
     return (float(np.mean([v / b for (v, _), b in zip(runs, self.baselines)])),
             bool(np.all([f for _, f in runs])))
 
-  def record(self) -> Dict[str, Any]:
-    """Per task, the members' mean return (with several tasks)."""
+  def record(self, means: List[float]) -> Dict[str, Any]:
+    """Per task, the members' mean return `means` (with several tasks)."""
     if len(self.names) == 1:
       return {}
-    return {f"return_mean_{name}": m for name, m in zip(self.names, self.means)}
+    return {f"return_mean_{name}": m for name, m in zip(self.names, means)}
 
 
 def _where(meta: MetaConfig, loss: Any, theta: Dict[str, jax.Array]) -> Dict[str, float]:
@@ -476,7 +488,7 @@ def _where(meta: MetaConfig, loss: Any, theta: Dict[str, jax.Array]) -> Dict[str
   if meta.objective == "dpo":
     found = loss.with_drift(theta)
     return dict(alpha=float(found.alpha), beta=float(found.beta))
-  return dict(log_clip=float(theta["log_clip"][0]))
+  return {k: float(theta[k][0]) for k in ("log_clip", "log_value_clip") if k in theta}
 
 
 def _env_label(env: Any) -> str:
@@ -490,7 +502,7 @@ def _one_generation(strategy, generation, state, g, root, meta, inner_steps):
   ask_key, run_key, tell_key = jax.random.split(key, 3)
   start = time.perf_counter()
   thetas, state = strategy.ask(ask_key, state)
-  fitness, episodes, finite = jax.device_get(generation(thetas, run_key))
+  fitness, episodes, finite, per_task = generation(thetas, run_key)
   finite = finite & np.isfinite(fitness)
   told = worst_where_nonfinite(fitness, finite, g + 1)
   state = strategy.tell(tell_key, thetas, jnp.asarray(told), state)
@@ -503,7 +515,7 @@ def _one_generation(strategy, generation, state, g, root, meta, inner_steps):
                      episodes=int(np.asarray(episodes).sum()),
                      nonfinite=int(np.sum(~finite)),
                      inner_env_steps=trainings * inner_steps,
-                     sps=trainings * inner_steps / wall, wall_s=wall)
+                     sps=trainings * inner_steps / wall, wall_s=wall, **per_task)
 
 
 def _evaluated(evaluate: Callable, theta: Any, root: jax.Array, generation: int):
@@ -530,14 +542,16 @@ def worst_where_nonfinite(fitness: np.ndarray, finite: np.ndarray,
 
 
 def _progress(record: Dict[str, Any]) -> str:
-  return (f"generation {record['generation']}: fitness best {record['fitness_best']:.1f} "
-          f"mean {record['fitness_mean']:.1f} min {record['fitness_min']:.1f}, "
+  # 4 significant figures: a return (238.6) or, over several tasks, a ratio (1.018).
+  return (f"generation {record['generation']}: fitness best {record['fitness_best']:.4g} "
+          f"mean {record['fitness_mean']:.4g} min {record['fitness_min']:.4g}, "
           + (f"{record['nonfinite']} non-finite, " if record.get("nonfinite") else "")
-          + (f"mean theta {record['mean_theta_fitness']:.1f}, "
+          + (f"mean theta {record['mean_theta_fitness']:.4g}, "
              if record.get("mean_theta_fitness") is not None else "")
           + (f"alpha {record['alpha']:.3g} beta {record['beta']:.3g}, "
              if "alpha" in record else "")
           + (f"c {record['log_clip']:.2f}, " if "log_clip" in record else "")
+          + (f"c_v {record['log_value_clip']:.2f}, " if "log_value_clip" in record else "")
           + f"{record['sps']:,.0f} inner env steps/s")
 
 

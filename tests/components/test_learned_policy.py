@@ -20,8 +20,9 @@ from tests.test_sebulba import one_device
 
 
 def _random_theta(key, hidden=8, scale=1.0):
-  keys = jax.random.split(key, 5)
-  shapes = dict(w0=(6, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,), log_clip=(1,))
+  keys = jax.random.split(key, 6)
+  shapes = dict(w0=(6, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,), log_clip=(1,),
+                log_value_clip=(1,))
   return {k: scale * jax.random.normal(kk, s) for kk, (k, s) in zip(keys, shapes.items())}
 
 
@@ -154,6 +155,30 @@ def test_log_clip_scales_ppos_clip_range_and_a_file_without_it_is_ppos(tmp_path)
   np.savez(old, **{k: np.asarray(v) for k, v in zero_drift(4).items() if k != "log_clip"})
   loaded = registry.build(registry.losses, _section(path=str(old)), key="loss")
   np.testing.assert_array_equal(loaded.drift["log_clip"], [0.0])
+
+
+def test_log_value_clip_scales_the_value_losss_clip_only_and_old_files_have_ppos(tmp_path):
+  """c_v = log(1.5) is PPO's value loss at clip 0.3 with its policy term at 0.2; a huge c_v
+  is PPO without value clipping; a file from before 0.20.0 (no c_v) loads with c_v = 0."""
+  batch = _batch(jax.random.PRNGKey(10))
+  logits = jax.random.normal(jax.random.PRNGKey(11), (64, 3))
+  value = batch.behaviour_value + jax.random.normal(jax.random.PRNGKey(12), (64,))
+  metrics = lambda loss: loss(logits, value, batch)[1]
+  scaled = lambda c_v: metrics(LearnedPolicyLoss().with_drift(
+      dict(zero_drift(4), log_value_clip=jnp.array([c_v]))))
+  wider = scaled(float(np.log(1.5)))
+  np.testing.assert_allclose(wider["value_loss"], metrics(PPOLoss(clip_epsilon=0.3))[
+      "value_loss"], rtol=1e-6)
+  np.testing.assert_allclose(wider["policy_loss"], metrics(PPOLoss())["policy_loss"],
+                             rtol=1e-6)
+  assert abs(float(wider["value_loss"] - metrics(PPOLoss())["value_loss"])) > 1e-3
+  np.testing.assert_allclose(scaled(20.0)["value_loss"], metrics(PPOLoss(
+      clip_value=False))["value_loss"], rtol=1e-6)
+  old = tmp_path / "old.npz"
+  np.savez(old, **{k: np.asarray(v) for k, v in zero_drift(4, value_clip=False).items()})
+  loaded = registry.build(registry.losses, _section(path=str(old)), key="loss")
+  np.testing.assert_array_equal(loaded.drift["log_value_clip"], [0.0])
+  chex.assert_trees_all_close(metrics(loaded), metrics(PPOLoss()))
 
 
 def test_a_truncated_file_or_another_form_is_refused_naming_the_file(tmp_path):

@@ -8,7 +8,7 @@ arrive with entry t+1. The action taken on a LAST step is ignored by the environ
 
 from __future__ import annotations
 
-from typing import Annotated, Dict, NamedTuple, Tuple
+from typing import Annotated, Any, Dict, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -170,8 +170,9 @@ class PPOLoss(PolicyLoss):
 
     value_error = jnp.square(value - batch.value_target)
     if self.clip_value:
+      epsilon = self.value_clip_epsilon()
       clipped_value = batch.behaviour_value + jnp.clip(
-          value - batch.behaviour_value, -self.clip_epsilon, self.clip_epsilon)
+          value - batch.behaviour_value, -epsilon, epsilon)
       value_error = jnp.maximum(value_error, jnp.square(clipped_value - batch.value_target))
     value_loss = 0.5 * _masked_mean(value_error, mask)
 
@@ -182,6 +183,11 @@ class PPOLoss(PolicyLoss):
         (jnp.abs(ratio - 1.0) > self.clip_epsilon).astype(jnp.float32), mask)
     return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy,
                       approx_kl=approx_kl, clip_fraction=clip_fraction)
+
+  def value_clip_epsilon(self) -> Any:
+    """How far the clipped value loss lets V move from the behaviour's value: PPO's
+    `clip_epsilon`, the policy's own clip range."""
+    return self.clip_epsilon
 
   def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
     """The per-step objective the policy ascends: min(rho A, clip(rho) A), which is

@@ -27,11 +27,16 @@ and flat there (its gradient in rho vanishes at 1), so the objective's gradient 
 policy that acted is the policy gradient whatever theta is. PPO's own drift is kept, its
 clip range scaled by exp(c), c learned too (from 0.14.0): f_theta can only add caution,
 and c lets the search take some away (a wider clip learned CartPole faster at a short
-budget). theta = 0 (c = 0) is PPO exactly. Its value and entropy terms are PPO's.
+budget). From 0.20.0 theta has a second scale, c_v (`log_value_clip`): the clipped
+value loss lets V move clip_epsilon * exp(c_v) from the behaviour's value, where PPO's
+ties that range to the policy's (the gain a wider clip_epsilon gives CartPole comes
+from its value clip: docs/meta.md). theta = 0 (c = c_v = 0) is PPO exactly. Its entropy
+term is PPO's.
 
 theta comes from `path` (an .npz with arrays w0 [6, H], b0 [H], w1 [H, 1], b1 [1] and
-log_clip [1], c; what `python -m podracer.meta` writes as learned_objective.npz; a file
-without log_clip, from before 0.14.0, has c = 0), or is zero (PPO) without it.
+log_clip [1], c, and log_value_clip [1], c_v; what `python -m podracer.meta` writes as
+learned_objective.npz; a file without log_clip, from before 0.14.0, has c = 0, one
+without log_value_clip, from before 0.20.0, c_v = 0), or is zero (PPO) without it.
 The meta-learner gives each member its own theta (`with_drift`, traced arrays) to train
 many objectives in one program.
 """
@@ -57,11 +62,21 @@ from podracer.registry.ranges import NonNegative, Positive
 NUM_FEATURES = 6
 DRIFT_KEYS = ("w0", "b0", "w1", "b1")
 CLIP_KEY = "log_clip"  # c: PPO's clip range scaled by exp(c); 0 where a file lacks it.
+VALUE_CLIP_KEY = "log_value_clip"  # c_v: the value loss's clip range's scale; the same.
 # The objective's form, written in learned_objective.json beside the .npz; a file of
 # another form is refused. One without a form (0.11.0-0.13.0) is FORM with c = 0.
 FORM = "ppo_clip_scale_and_drift"  # The squared drift.
 FIRST_ORDER_FORM = "ppo_clip_scale_and_first_order_drift"
 DRIFT_FORMS = {"first_order": FIRST_ORDER_FORM, "squared": FORM}  # drift_form -> form
+# The forms of a theta with c_v (0.20.0): a podracer before it, which would drop c_v,
+# refuses them by name.
+VALUE_CLIP_FORMS = {"first_order": "ppo_value_and_policy_clip_scales_and_first_order_drift",
+                    "squared": "ppo_value_and_policy_clip_scales_and_drift"}
+
+
+def objective_form(drift_form: str, value_clip: bool) -> str:
+  """The form learned_objective.json names for a theta of this drift, with c_v or not."""
+  return (VALUE_CLIP_FORMS if value_clip else DRIFT_FORMS)[drift_form]
 
 
 def drift_features(ratio: jax.Array, advantage: jax.Array) -> jax.Array:
@@ -72,10 +87,12 @@ def drift_features(ratio: jax.Array, advantage: jax.Array) -> jax.Array:
                    axis=-1)
 
 
-def zero_drift(hidden: int = 16) -> Dict[str, jax.Array]:
-  """theta = 0: the learned drift adds nothing (PPO)."""
-  return dict(w0=jnp.zeros((NUM_FEATURES, hidden)), b0=jnp.zeros((hidden,)),
-              w1=jnp.zeros((hidden, 1)), b1=jnp.zeros((1,)), log_clip=jnp.zeros((1,)))
+def zero_drift(hidden: int = 16, value_clip: bool = True) -> Dict[str, jax.Array]:
+  """theta = 0: the learned drift adds nothing, both clip ranges PPO's (PPO); without
+  `value_clip`, a theta of before 0.20.0 (no c_v)."""
+  theta = dict(w0=jnp.zeros((NUM_FEATURES, hidden)), b0=jnp.zeros((hidden,)),
+               w1=jnp.zeros((hidden, 1)), b1=jnp.zeros((1,)), log_clip=jnp.zeros((1,)))
+  return dict(theta, log_value_clip=jnp.zeros((1,))) if value_clip else theta
 
 
 def learned_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
@@ -117,8 +134,9 @@ def load_objective(path: str) -> Tuple[str, Dict[str, jax.Array]]:
   try:
     with np.load(path) as arrays:
       theta = {k: jnp.asarray(arrays[k], jnp.float32) for k in DRIFT_KEYS}
-      theta[CLIP_KEY] = jnp.asarray(arrays[CLIP_KEY] if CLIP_KEY in arrays.files
-                                    else np.zeros((1,)), jnp.float32)
+      for key in (CLIP_KEY, VALUE_CLIP_KEY):  # 0 where a file is older than the key.
+        theta[key] = jnp.asarray(arrays[key] if key in arrays.files else np.zeros((1,)),
+                                 jnp.float32)
   except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
     raise ConfigError(f"Config key `loss.path`: {path} is not a learned objective "
                       f"(an .npz of {', '.join(DRIFT_KEYS)}): {e}.") from None
@@ -145,19 +163,23 @@ def check_form(path: str) -> str:
                       "search found, not a drift network: train with --config.loss=dpo "
                       f"--config.loss.alpha={written.get('alpha')} "
                       f"--config.loss.beta={written.get('beta')}.")
-  if form not in (None, *DRIFT_FORMS.values()):
+  read = (*DRIFT_FORMS.values(), *VALUE_CLIP_FORMS.values())
+  if form not in (None, *read):
     raise ConfigError(f"Config key `loss.path`: {path} is a learned objective of form "
                       f"{form!r} (written by podracer {version or '?'}); this podracer "
-                      f"reads the forms {', '.join(map(repr, DRIFT_FORMS.values()))}. Use "
-                      "the podracer that wrote it, or meta-train again.")
-  return "first_order" if form == FIRST_ORDER_FORM else "squared"
+                      f"reads the forms {', '.join(map(repr, read))}. Use the podracer "
+                      "that wrote it, or meta-train again.")
+  return ("first_order" if form in (FIRST_ORDER_FORM, VALUE_CLIP_FORMS["first_order"])
+          else "squared")
 
 
 def check_drift(theta: Dict[str, Any], where: str) -> None:
   hidden = np.shape(theta["w0"])[-1]
   want = dict(w0=(NUM_FEATURES, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,),
               log_clip=(1,))
-  shapes = {k: tuple(np.shape(theta[k])) for k in (*DRIFT_KEYS, CLIP_KEY)}
+  if VALUE_CLIP_KEY in theta:
+    want[VALUE_CLIP_KEY] = (1,)
+  shapes = {k: tuple(np.shape(theta[k])) if k in theta else None for k in want}
   if shapes != want:
     raise ConfigError(f"Config key `{where}`: the drift network's arrays have shapes "
                       f"{shapes}; a drift of {hidden} hidden units has {want}.")
@@ -187,6 +209,11 @@ class LearnedPolicyLoss(PPOLoss):
     other = copy.copy(self)
     other.drift = theta
     return other
+
+  def value_clip_epsilon(self) -> Any:
+    """clip_epsilon * exp(c_v): PPO's where theta has no c_v (a file before 0.20.0)."""
+    log_scale = self.drift.get(VALUE_CLIP_KEY)
+    return self.clip_epsilon * (1.0 if log_scale is None else jnp.exp(log_scale[0]))
 
   def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
     log_clip = self.drift.get(CLIP_KEY)  # A theta without it: PPO's clip range.
