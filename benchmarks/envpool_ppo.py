@@ -81,18 +81,22 @@ def run(config: str, seed: int, workdir: str) -> Dict[str, Any]:
           f"--config=agents/{agent}/config.py:{name}", f"--workdir={workdir}",
           f"--config.seed={seed}", f"--config.total_env_steps={_STEPS.value}",
           *(f"--config.{o}" for o in _OVERRIDES.value)]
-  if not (_EXISTING.value and _finished(workdir)):
+  runs = _existing(workdir)
+  if not runs:
     subprocess.run(args, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-  runs = records(workdir)
+    runs = records(workdir)
   points = curve(runs)
   return dict(curve=points, held=tail_mean([value for _, value in points]),
               final=points[-1][1], wall=runs[-1]["wall_time"])
 
 
-def _finished(workdir: str) -> bool:
-  """Its records reach --total_env_steps."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  return os.path.isfile(path) and records(workdir)[-1].get("env_steps", 0) >= _STEPS.value
+def _existing(workdir: str) -> List[dict]:
+  """With --existing, the records of a finished run in `workdir` (they reach
+  --total_env_steps); else none."""
+  if not (_EXISTING.value and os.path.isfile(os.path.join(workdir, "metrics.jsonl"))):
+    return []
+  runs = records(workdir)
+  return runs if runs and runs[-1].get("env_steps", 0) >= _STEPS.value else []
 
 
 def main(argv):

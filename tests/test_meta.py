@@ -6,7 +6,6 @@ import dataclasses
 import io
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -20,9 +19,7 @@ from podracer import builder, meta
 from podracer.components.losses import LearnedPolicyLoss, zero_drift
 from podracer.errors import ConfigError, NonFiniteError
 from podracer.launch import register_components_and_agents
-from tests.learning import iqm, last_fifth_means, launch_runs
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.learning import ROOT, iqm, last_fifth_means, launch_runs
 
 # 4 members x 2 calls of 8,192 env steps (4 environments x 128 steps x 16 updates).
 SMALL = dict(population="4", inner_env_steps="16384", sigma="0.5", hidden="4")
@@ -323,13 +320,8 @@ def test_a_real_search_on_cartpole_saves_an_objective_at_least_1_15x_ppos(tmp_pa
   for name, overrides in (("ppo", ()), ("learned", (
       "--config.loss=learned_policy",
       f"--config.loss.path={tmp_path / 'meta' / meta.OBJECTIVE_FILE}"))):
-    records = launch_runs("agents/ppo/config.py:cartpole_anakin", _fresh(tmp_path / name),
+    records = launch_runs("agents/ppo/config.py:cartpole_anakin", tmp_path / name,
                           "--config.num_runs=16", "--config.seed=100",
                           "--config.total_env_steps=65536", *overrides)
     held[name] = iqm(last_fifth_means(records))
   assert held["learned"] >= 1.15 * held["ppo"], held
-
-
-def _fresh(path: pathlib.Path) -> pathlib.Path:
-  path.mkdir(parents=True)
-  return path

@@ -210,15 +210,18 @@ class LearnedPolicyLoss(PPOLoss):
     other.drift = theta
     return other
 
-  def value_clip_epsilon(self) -> Any:
-    """clip_epsilon * exp(c_v): PPO's where theta has no c_v (a file before 0.20.0)."""
-    log_scale = self.drift.get(VALUE_CLIP_KEY)
+  def _scaled_clip(self, key: str) -> Any:
+    """clip_epsilon * exp(theta[key]): PPO's clip_epsilon where theta lacks the key (a
+    file from before it)."""
+    log_scale = self.drift.get(key)
     return self.clip_epsilon * (1.0 if log_scale is None else jnp.exp(log_scale[0]))
 
+  def value_clip_epsilon(self) -> Any:
+    """clip_epsilon * exp(c_v)."""
+    return self._scaled_clip(VALUE_CLIP_KEY)
+
   def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
-    log_clip = self.drift.get(CLIP_KEY)  # A theta without it: PPO's clip range.
-    epsilon = self.clip_epsilon * (1.0 if log_clip is None else jnp.exp(log_clip[0]))
-    clipped = clipped_surrogate(ratio, advantage, epsilon)
+    clipped = clipped_surrogate(ratio, advantage, self._scaled_clip(CLIP_KEY))
     if self.drift_form == "squared":
       return clipped - learned_drift(self.drift, ratio, advantage)
     ppo_drift = ratio * advantage - clipped  # relu((rho - clip(rho)) A) >= 0
