@@ -391,3 +391,46 @@ def test_continuous_networks_reject_discrete_or_unbounded_actions(name):
   with pytest.raises(ConfigError, match="action spec"):
     registry.build(registry.networks, dict(name=name), key="actor_network",
                    spec=_spec((3,), 2))
+
+
+def test_orthogonal_is_haikus_bit_for_bit_batched_or_not():
+  """podracer's Orthogonal draws haiku's matrices exactly, alone and under vmap (where
+  its QR maps over the batch instead of asking LAPACK for a batched one)."""
+  from podracer.components.networks.initializers import Orthogonal  # pylint: disable=import-outside-toplevel
+  for shape, scale in (((4, 64), np.sqrt(2)), ((64, 3), 0.01), ((3, 3, 4, 16), 1.0)):
+    ours = hk.transform(lambda s=shape, c=scale: Orthogonal(c)(s, jnp.float32))
+    theirs = hk.transform(lambda s=shape, c=scale: hk.initializers.Orthogonal(c)(s, jnp.float32))
+    keys = jax.random.split(jax.random.PRNGKey(0), 5)
+    for init in (lambda f: f.init(keys[0]), lambda f: jax.vmap(f.init)(keys),
+                 lambda f: jax.vmap(jax.vmap(f.init))(keys.reshape(5, 1, -1))):
+      np.testing.assert_array_equal(jax.tree.leaves(init(ours)), jax.tree.leaves(init(theirs)))
+
+
+HANG = """
+import os
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])  # XLA sizes its pool by it
+import jax, jax.numpy as jnp
+from podracer.components.networks.initializers import unbatched_qr
+def init(key):  # four QRs the thunk runtime may run at once, each batched by the vmap
+  return [unbatched_qr(jax.random.normal(k, (64, 64)))[0].sum()
+          for k in jax.random.split(key, 4)]
+for i in range(3):
+  jax.device_get(jax.jit(jax.vmap(init))(jax.random.split(jax.random.PRNGKey(i), 16)))
+print("finished")
+"""
+
+
+def test_a_vmapped_init_of_several_qrs_finishes_on_two_cpus_and_one_device():
+  """The hang `Orthogonal` avoids, where it happens: one CPU device (as a user runs, not
+  the suite's 8 virtual ones) and two CPUs (the child pins itself to two). There, four
+  batched `jnp.linalg.qr`s hang the first call with every thread idle (jax 0.10.2, 16
+  keys, measured); unbatched_qr's finish in seconds."""
+  import os, subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  try:
+    out = subprocess.run([sys.executable, "-c", HANG], env=env, capture_output=True,
+                         text=True, timeout=90)
+  except subprocess.TimeoutExpired:
+    pytest.fail("a vmapped init of unbatched QRs did not finish in 90 s: it hangs")
+  assert out.returncode == 0 and "finished" in out.stdout, out.stderr[-2000:]

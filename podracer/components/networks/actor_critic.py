@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
+from podracer.components.networks.initializers import Orthogonal
 from podracer.components.networks.cores import LSTMCore, recurrent, torso_core_head
 from podracer.components.networks.heads import PolicyValueHead, PolicyValueOutput
 from podracer.components.networks.torsos import (ATARI_TORSOS, MLP, W_INITS,
@@ -153,8 +154,8 @@ def gaussian_actor_critic(spec: EnvSpec, policy_sizes: Sequence[int] = (64, 64),
     raise ConfigError(f"Network 'gaussian_actor_critic': `network.w_init` is {w_init!r}; "
                       f"options: {', '.join(W_INITS)}.")
   orthogonal = w_init == "orthogonal"
-  mean_init = hk.initializers.Orthogonal(0.01) if orthogonal else dense_init(w_init)
-  value_init = hk.initializers.Orthogonal(1.0) if orthogonal else dense_init(w_init)
+  mean_init = Orthogonal(0.01) if orthogonal else dense_init(w_init)
+  value_init = Orthogonal(1.0) if orthogonal else dense_init(w_init)
 
   def forward(observation):
     actor = MLP(policy_sizes, activation, name="actor_torso", w_init=w_init)(observation)

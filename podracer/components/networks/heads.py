@@ -8,6 +8,7 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 
+from podracer.components.networks.initializers import Orthogonal
 from podracer.components.networks.torsos import dense_init
 
 
@@ -32,9 +33,9 @@ class PolicyValueHead(hk.Module):
     """`value_features` feeds the value layer when the critic has its own torso."""
     if value_features is None:
       value_features = features
-    logits = hk.Linear(self._num_actions, w_init=hk.initializers.Orthogonal(0.01),
+    logits = hk.Linear(self._num_actions, w_init=Orthogonal(0.01),
                        name="policy")(features)
-    value = hk.Linear(1, w_init=hk.initializers.Orthogonal(1.0), name="value")(value_features)
+    value = hk.Linear(1, w_init=Orthogonal(1.0), name="value")(value_features)
     return PolicyValueOutput(logits=logits, value=jnp.squeeze(value, axis=-1))
 
 

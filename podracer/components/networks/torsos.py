@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer.components.networks.conv import Conv2D
+from podracer.components.networks.initializers import Orthogonal
 from podracer.types import ArraySpec, EnvSpec, PyTree, observation_features
 
 ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "swish": jax.nn.swish}
@@ -29,7 +30,7 @@ def activation_fn(name: str) -> Callable[[jax.Array], jax.Array]:
 
 
 def _orthogonal(scale: float = np.sqrt(2)) -> hk.initializers.Initializer:
-  return hk.initializers.Orthogonal(scale=scale)
+  return Orthogonal(scale=scale)
 
 
 # Dense layers' weight initializers by name (`w_init` of the MLP and of `q_network`):
