@@ -52,7 +52,8 @@ def meta_train(args: argparse.Namespace, workdir: str) -> str:
              f"--config.meta.sigma_clip={args.sigma_clip}",
              f"--config.meta.drift_form={args.drift_form}",
              f"--config.meta.learning_rate={args.learning_rate}",
-             f"--config.meta.seed={args.meta_seed}", f"--config.meta.tasks={args.meta_tasks}"]
+             f"--config.meta.seed={args.meta_seed}", f"--config.meta.tasks={args.meta_tasks}",
+             f"--config.meta.lifetime={args.lifetime}"]
   start = time.perf_counter()
   subprocess.run(command, cwd=ROOT, env=_env(), check=True)
   print(f"meta-training: {time.perf_counter() - start:.0f} s", flush=True)
@@ -159,6 +160,8 @@ def main() -> None:
   parser.add_argument("--meta_tasks", default="", help="more tasks the search trains each "
                       "member on (`meta.tasks`: ';'-separated, overrides joined by '|')")
   parser.add_argument("--drift_form", default="first_order")
+  parser.add_argument("--lifetime", action="store_true", help="the drift also sees the "
+                      "fraction of the training done (`meta.lifetime`, TA-LPO's)")
   parser.add_argument("--clip_profile", default="", help="c values: measure PPO's profile "
                       "along the clip scale instead of meta-training")
   parser.add_argument("--seeds", type=int, default=8)

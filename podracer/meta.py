@@ -53,7 +53,8 @@ EXIT_CONFIG_ERROR = 2
 META_ADDED = {"meta.sigma_clip": 0.1, "meta.eval_every": 0, "meta.objective": "drift",
               "meta.drift_form": "squared",  # 0.19.0's first-order drift: squared before.
               "meta.tasks": "",
-              "meta.value_clip": False}  # 0.20.0's c_v: none before.
+              "meta.value_clip": False,  # 0.20.0's c_v: none before.
+              "meta.lifetime": False}  # 0.21.0's lifetime conditioning: none before.
 # What `meta.objective` searches: the learned_policy loss's drift network and clip scale,
 # or DPO's two constants (their log scales), DPO as a low-dimensional target.
 OBJECTIVES = ("drift", "dpo")
@@ -82,6 +83,8 @@ class MetaConfig:
                                   # (each "path.py:NAME|--config.KEY=VALUE|..."): each
                                   # task's fitness divided by the start's (PPO's) there
   value_clip: bool = True         # theta scales the value loss's clip range too (c_v)
+  lifetime: bool = False          # the drift also sees the fraction of training done
+                                  # (TA-LPO's lifetime conditioning)
 
   def task_list(self) -> List[str]:
     return [t.strip() for t in self.tasks.split(";") if t.strip()]
@@ -130,6 +133,10 @@ class MetaConfig:
       raise ConfigError(f"Config key `meta.objective` is {self.objective!r}; it is one of "
                         f"{', '.join(OBJECTIVES)} (the learned drift network, or DPO's "
                         "alpha and beta).")
+    if self.lifetime and self.objective == "dpo":
+      raise ConfigError("Config key `meta.lifetime` conditions the learned drift network on "
+                        "the training's progress; `meta.objective` is dpo, whose two "
+                        "constants have none: set one or the other.")
     return self
 
 
@@ -162,7 +169,8 @@ def inner_config(config: Any, meta: MetaConfig) -> Any:
   else:
     inner.loss = config_dict.ConfigDict(dict(name="learned_policy", path=None,
                                              hidden=meta.hidden,
-                                             drift_form=meta.drift_form, **kept))
+                                             drift_form=meta.drift_form,
+                                             lifetime=meta.lifetime, **kept))
   if meta.inner_env_steps:
     inner.total_env_steps = meta.inner_env_steps
   # A member is one replica: the plan's calls and env steps are one device's. The
@@ -275,7 +283,7 @@ def initial_theta(meta: MetaConfig) -> Dict[str, jax.Array]:
   """Where the search starts: PPO (a zero drift) or DPO at its constants."""
   from podracer.components.losses import dpo, zero_drift  # pylint: disable=import-outside-toplevel
   return (dpo.dpo_theta() if meta.objective == "dpo"
-          else zero_drift(meta.hidden, meta.value_clip))
+          else zero_drift(meta.hidden, meta.value_clip, meta.lifetime))
 
 
 def objective_about(meta: MetaConfig, theta: Dict[str, jax.Array],
@@ -287,7 +295,7 @@ def objective_about(meta: MetaConfig, theta: Dict[str, jax.Array],
                version=__version__, meta=dataclasses.asdict(meta))
   if meta.objective != "dpo":
     return dict(about, loss="learned_policy",
-                form=objective_form(meta.drift_form, meta.value_clip))
+                form=objective_form(meta.drift_form, meta.value_clip, meta.lifetime))
   found = loss.with_drift(theta)
   return dict(about, loss="dpo", form=dpo.DPO_FORM, alpha=float(found.alpha),
               beta=float(found.beta))

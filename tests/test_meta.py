@@ -168,6 +168,27 @@ def test_several_tasks_each_train_every_member_their_fitness_over_the_starts(tmp
 
 
 @pytest.mark.slow
+def test_a_lifetime_conditioned_search_trains_and_writes_its_form(tmp_path):
+  """`meta.lifetime`: the members' drift sees the fraction of their training done
+  (w0 [7, H]); the file says so by its form, and loads as a loss that gets the run's
+  gradient steps from the builder. With `meta.objective=dpo` it is refused."""
+  said = _train(tmp_path, 1, lifetime="true")
+  assert "generation 1: fitness best" in said
+  about = json.loads((tmp_path / "learned_objective.json").read_text())
+  assert about["form"].endswith("_first_order_drift_lifetime_conditioned"), about
+  with np.load(tmp_path / meta.OBJECTIVE_FILE) as saved:
+    assert saved["w0"].shape == (7, 4) and np.abs(saved["w0"][6]).sum() > 0
+  config = ppo_config.cartpole_anakin()
+  config.loss.name = "learned_policy"
+  config.loss.path = str(tmp_path / meta.OBJECTIVE_FILE)
+  experiment = builder.build(config)
+  assert experiment.agent.loss.lifetime
+  assert experiment.agent.loss.total_steps == experiment.plan.num_updates * 16
+  with pytest.raises(ConfigError, match=r"`meta\.lifetime`.*dpo"):
+    meta.MetaConfig.from_args(dict(lifetime="true", objective="dpo"))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("member_seeds", ["1", "2"])
 def test_a_diverging_members_training_is_flagged_not_finite(member_seeds):
   """One generation with PPO's theta and a theta whose drift is astronomically large:

@@ -7,15 +7,18 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from ml_collections import config_dict
 
 from agents.ppo import config as ppo_config
 from podracer import builder, registry
 from podracer.components.losses import (LearnedPolicyLoss, PolicyGradientBatch, PPOLoss,
-                                        learned_drift, zero_drift)
+                                        first_order_drift, learned_drift, zero_drift)
+from podracer.components.losses.learned_policy import objective_form
 from podracer.errors import ConfigError
 from podracer.launch import register_components_and_agents
+from podracer.learning import STEP, Objective, init_opt_state, total_loss
 from tests.test_sebulba import one_device
 
 
@@ -223,3 +226,73 @@ def test_ppo_takes_it_under_every_runtime_with_no_special_case(name, tmp_path):
   experiment = builder.build(config)
   assert isinstance(experiment.agent.loss, LearnedPolicyLoss)
   chex.assert_trees_all_close(experiment.agent.loss.drift, theta)
+
+
+def _lifetime_theta(key, hidden=8, scale=1.0):
+  theta = _random_theta(key, hidden, scale)
+  return dict(theta, w0=scale * jax.random.normal(jax.random.fold_in(key, 7), (7, hidden)))
+
+
+def _policy_loss_at(loss, batch, logits, steps):
+  """The loss's policy term as gradient_step's losses see it, `steps` gradient steps in
+  (podracer.learning's step(), bound from the optimizer state by total_loss)."""
+  objective = Objective("ppo", lambda nets, b, key: loss(nets, jnp.zeros(64), b),
+                        optax.sgd(0.0))
+  opt = dict(init_opt_state([objective], logits), **{STEP: jnp.int32(steps)})
+  return float(total_loss([objective], logits, opt, batch, term="policy_loss"))
+
+
+def test_a_lifetime_conditioned_drift_reads_the_training_progress_and_stays_a_drift():
+  """TA-LPO's lifetime conditioning: the drift's seventh feature is t = step() /
+  total_steps, so the same theta's policy loss differs early and late in the training
+  (and not past the end: t is clipped to 1); at every t it is a drift (never negative,
+  zero and flat at rho = 1), and theta 0 is PPO at every step."""
+  batch = _batch(jax.random.PRNGKey(0))
+  logits = jax.random.normal(jax.random.PRNGKey(1), (64, 3))
+  zero = LearnedPolicyLoss(lifetime=True, total_steps=100)
+  assert zero.lifetime and zero.drift["w0"].shape == (7, 16)
+  ppo = _policy_loss_at(PPOLoss(), batch, logits, 0)
+  for steps in (0, 50, 100):
+    assert _policy_loss_at(zero, batch, logits, steps) == pytest.approx(ppo, abs=1e-7)
+  theta = _lifetime_theta(jax.random.PRNGKey(3))
+  loss = zero.with_drift(theta)
+  early, late, past = (_policy_loss_at(loss, batch, logits, s) for s in (0, 100, 300))
+  assert abs(early - late) > 1e-3 and late == pytest.approx(past, abs=1e-7)
+  ratio = jnp.linspace(0.2, 3.0, 57)[:, None]
+  advantage = jnp.linspace(-3.0, 3.0, 57)[None, :]
+  ones = jnp.ones((57,))
+  for t in (0.0, 0.5, 1.0):
+    d = first_order_drift(theta, ratio, advantage, jnp.float32(t))
+    assert float(jnp.max(jnp.abs(d))) > 1e-3
+    np.testing.assert_allclose(first_order_drift(theta, ones, advantage[0], jnp.float32(t)),
+                               0.0, atol=1e-6)
+    slope = jax.vmap(jax.grad(lambda r, a: first_order_drift(theta, r, a, jnp.float32(t))))(
+        ones, advantage[0])
+    np.testing.assert_allclose(slope, 0.0, atol=1e-5)
+  with pytest.raises(ConfigError, match=r"`loss\.total_steps`.*lifetime-conditioned"):
+    LearnedPolicyLoss(lifetime=True)
+
+
+def test_a_lifetime_conditioned_file_loads_by_its_form_and_a_mismatch_is_refused(tmp_path):
+  """A file whose form ends `_lifetime_conditioned` has w0 [7, H] and builds with the
+  run's gradient steps as total_steps (the builder's); its form without the suffix, or
+  a 6-row w0 under it, is refused naming `loss.path` and the shapes."""
+  path = tmp_path / "learned_objective.npz"
+  about = tmp_path / "learned_objective.json"
+  np.savez(path, **{k: np.asarray(v) for k, v in _lifetime_theta(jax.random.PRNGKey(1)).items()})
+  form = objective_form("first_order", True, lifetime=True)
+  assert form == "ppo_value_and_policy_clip_scales_and_first_order_drift_lifetime_conditioned"
+  about.write_text(json.dumps(dict(form=form)))
+  config = ppo_config.cartpole_anakin()
+  config.loss = _section(path=str(path), hidden=8)
+  experiment = builder.build(config)
+  loss, plan = experiment.agent.loss, experiment.plan
+  assert loss.lifetime and loss.drift_form == "first_order"
+  assert loss.total_steps == plan.num_updates * 4 * 4  # PPO's epochs x minibatches
+  about.write_text(json.dumps(dict(form=objective_form("first_order", True))))
+  with pytest.raises(ConfigError, match=r"`loss\.path.*shapes"):
+    registry.build(registry.losses, _section(path=str(path), total_steps=10), key="loss")
+  np.savez(path, **{k: np.asarray(v) for k, v in _random_theta(jax.random.PRNGKey(1)).items()})
+  about.write_text(json.dumps(dict(form=form)))
+  with pytest.raises(ConfigError, match=r"`loss\.path.*shapes.*conditioned on the lifetime"):
+    registry.build(registry.losses, _section(path=str(path), total_steps=10), key="loss")

@@ -39,6 +39,13 @@ learned_objective.npz; a file without log_clip, from before 0.14.0, has c = 0, o
 without log_value_clip, from before 0.20.0, c_v = 0), or is zero (PPO) without it.
 The meta-learner gives each member its own theta (`with_drift`, traced arrays) to train
 many objectives in one program.
+
+Lifetime conditioning (0.21.0, `lifetime=True`; TA-LPO, Jackson et al. 2024): g_theta
+also sees the fraction of the training done, t = n / N (n the gradient steps taken,
+`podracer.learning.step()`, N the run's, `total_steps`, which the builder gives), as a
+seventh feature: phi(rho, A, t), w0 [7, H]. The drift stays zero and flat at rho = 1 at
+every t, so theta = 0 is still PPO; a file of such a theta names the form
+`LIFETIME_SUFFIX`, which a podracer before 0.21.0 refuses by name.
 """
 
 from __future__ import annotations
@@ -57,9 +64,10 @@ from podracer import registry
 from podracer.components.losses.actor_critic import PPOLoss, clipped_surrogate
 from podracer.components.losses.dpo import DPO_FORM
 from podracer.errors import ConfigError
+from podracer.learning import step
 from podracer.registry.ranges import NonNegative, Positive
 
-NUM_FEATURES = 6
+NUM_FEATURES = 6  # phi(rho, A); a lifetime-conditioned drift has one more, t.
 DRIFT_KEYS = ("w0", "b0", "w1", "b1")
 CLIP_KEY = "log_clip"  # c: PPO's clip range scaled by exp(c); 0 where a file lacks it.
 VALUE_CLIP_KEY = "log_value_clip"  # c_v: the value loss's clip range's scale; the same.
@@ -74,48 +82,62 @@ VALUE_CLIP_FORMS = {"first_order": "ppo_value_and_policy_clip_scales_and_first_o
                     "squared": "ppo_value_and_policy_clip_scales_and_drift"}
 
 
-def objective_form(drift_form: str, value_clip: bool) -> str:
-  """The form learned_objective.json names for a theta of this drift, with c_v or not."""
-  return (VALUE_CLIP_FORMS if value_clip else DRIFT_FORMS)[drift_form]
+# The suffix of the form of a lifetime-conditioned theta (0.21.0).
+LIFETIME_SUFFIX = "_lifetime_conditioned"
 
 
-def drift_features(ratio: jax.Array, advantage: jax.Array) -> jax.Array:
-  """phi(rho, A) [..., 6] (rho and A broadcast together)."""
+def objective_form(drift_form: str, value_clip: bool, lifetime: bool = False) -> str:
+  """The form learned_objective.json names for a theta of this drift, with c_v or not,
+  conditioned on the lifetime or not."""
+  form = (VALUE_CLIP_FORMS if value_clip else DRIFT_FORMS)[drift_form]
+  return form + LIFETIME_SUFFIX if lifetime else form
+
+
+def drift_features(ratio: jax.Array, advantage: jax.Array,
+                   progress: Optional[jax.Array] = None) -> jax.Array:
+  """phi(rho, A) [..., 6] (rho and A broadcast together), or with the fraction of the
+  training done, `progress` (a scalar), phi(rho, A, t) [..., 7]."""
   ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
   d, log_ratio = ratio - 1.0, jnp.log(ratio)
-  return jnp.stack([d, d * d, d * advantage, log_ratio, log_ratio * advantage, advantage],
-                   axis=-1)
+  features = [d, d * d, d * advantage, log_ratio, log_ratio * advantage, advantage]
+  if progress is not None:
+    features.append(jnp.broadcast_to(jnp.asarray(progress, ratio.dtype), ratio.shape))
+  return jnp.stack(features, axis=-1)
 
 
-def zero_drift(hidden: int = 16, value_clip: bool = True) -> Dict[str, jax.Array]:
+def zero_drift(hidden: int = 16, value_clip: bool = True,
+               lifetime: bool = False) -> Dict[str, jax.Array]:
   """theta = 0: the learned drift adds nothing, both clip ranges PPO's (PPO); without
-  `value_clip`, a theta of before 0.20.0 (no c_v)."""
-  theta = dict(w0=jnp.zeros((NUM_FEATURES, hidden)), b0=jnp.zeros((hidden,)),
+  `value_clip`, a theta of before 0.20.0 (no c_v); with `lifetime`, a drift that sees
+  the training's progress (w0 [7, H])."""
+  theta = dict(w0=jnp.zeros((NUM_FEATURES + lifetime, hidden)), b0=jnp.zeros((hidden,)),
                w1=jnp.zeros((hidden, 1)), b1=jnp.zeros((1,)), log_clip=jnp.zeros((1,)))
   return dict(theta, log_value_clip=jnp.zeros((1,))) if value_clip else theta
 
 
-def learned_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
-                  advantage: jax.Array) -> jax.Array:
-  """f_theta(rho, A) >= 0, zero and flat at rho = 1."""
+def learned_drift(theta: Dict[str, jax.Array], ratio: jax.Array, advantage: jax.Array,
+                  progress: Optional[jax.Array] = None) -> jax.Array:
+  """f_theta(rho, A[, t]) >= 0, zero and flat at rho = 1."""
   ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
-  at_one = _g(theta, jnp.ones_like(ratio), advantage)
-  return jnp.square(jax.nn.relu(_g(theta, ratio, advantage) - at_one))
+  at_one = _g(theta, jnp.ones_like(ratio), advantage, progress)
+  return jnp.square(jax.nn.relu(_g(theta, ratio, advantage, progress) - at_one))
 
 
-def _g(theta: Dict[str, jax.Array], ratio: jax.Array, advantage: jax.Array) -> jax.Array:
-  hidden = jnp.tanh(drift_features(ratio, advantage) @ theta["w0"] + theta["b0"])
+def _g(theta: Dict[str, jax.Array], ratio: jax.Array, advantage: jax.Array,
+       progress: Optional[jax.Array]) -> jax.Array:
+  features = drift_features(ratio, advantage, progress)
+  hidden = jnp.tanh(features @ theta["w0"] + theta["b0"])
   return (hidden @ theta["w1"])[..., 0] + theta["b1"][0]
 
 
-def first_order_drift(theta: Dict[str, jax.Array], ratio: jax.Array,
-                      advantage: jax.Array) -> jax.Array:
-  """d_theta(rho, A): g_theta's difference from its tangent at rho = 1 (module
+def first_order_drift(theta: Dict[str, jax.Array], ratio: jax.Array, advantage: jax.Array,
+                      progress: Optional[jax.Array] = None) -> jax.Array:
+  """d_theta(rho, A[, t]): g_theta's difference from its tangent at rho = 1 (module
   docstring); zero with a zero derivative at rho = 1, linear in theta's output layer."""
   ratio, advantage = jnp.broadcast_arrays(ratio, advantage)
   ones = jnp.ones_like(ratio)
-  at_one, slope = jax.jvp(lambda r: _g(theta, r, advantage), (ones,), (ones,))
-  return _g(theta, ratio, advantage) - at_one - (ratio - 1.0) * slope
+  at_one, slope = jax.jvp(lambda r: _g(theta, r, advantage, progress), (ones,), (ones,))
+  return _g(theta, ratio, advantage, progress) - at_one - (ratio - 1.0) * slope
 
 
 def load_drift(path: str) -> Dict[str, jax.Array]:
@@ -130,7 +152,7 @@ def load_objective(path: str) -> Tuple[str, Dict[str, jax.Array]]:
   if not os.path.isfile(path):
     raise ConfigError(f"Config key `loss.path` is {path!r}, which is not a file: give the "
                       "learned_objective.npz a `python -m podracer.meta` run wrote.")
-  form = check_form(path)
+  form, lifetime = _read_form(path)
   try:
     with np.load(path) as arrays:
       theta = {k: jnp.asarray(arrays[k], jnp.float32) for k in DRIFT_KEYS}
@@ -140,7 +162,7 @@ def load_objective(path: str) -> Tuple[str, Dict[str, jax.Array]]:
   except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
     raise ConfigError(f"Config key `loss.path`: {path} is not a learned objective "
                       f"(an .npz of {', '.join(DRIFT_KEYS)}): {e}.") from None
-  check_drift(theta, f"loss.path ({path})")
+  check_drift(theta, f"loss.path ({path})", lifetime)
   return form, theta
 
 
@@ -148,9 +170,14 @@ def check_form(path: str) -> str:
   """The drift form (`DRIFT_FORMS`' key) of the objective at `path`, from the
   learned_objective.json beside it ("squared" without one: 0.11.0-0.13.0); refuses a
   form this podracer does not read."""
+  return _read_form(path)[0]
+
+
+def _read_form(path: str) -> Tuple[str, bool]:
+  """(`check_form`'s drift form, whether the theta is lifetime-conditioned)."""
   about = os.path.splitext(path)[0] + ".json"
   if not os.path.isfile(about):
-    return "squared"
+    return "squared", False
   try:
     with open(about, encoding="utf-8") as f:
       written = json.load(f)
@@ -163,26 +190,41 @@ def check_form(path: str) -> str:
                       "search found, not a drift network: train with --config.loss=dpo "
                       f"--config.loss.alpha={written.get('alpha')} "
                       f"--config.loss.beta={written.get('beta')}.")
-  read = (*DRIFT_FORMS.values(), *VALUE_CLIP_FORMS.values())
+  base = (*DRIFT_FORMS.values(), *VALUE_CLIP_FORMS.values())
+  read = (*base, *(f + LIFETIME_SUFFIX for f in base))
   if form not in (None, *read):
     raise ConfigError(f"Config key `loss.path`: {path} is a learned objective of form "
                       f"{form!r} (written by podracer {version or '?'}); this podracer "
                       f"reads the forms {', '.join(map(repr, read))}. Use the podracer "
                       "that wrote it, or meta-train again.")
-  return ("first_order" if form in (FIRST_ORDER_FORM, VALUE_CLIP_FORMS["first_order"])
-          else "squared")
+  lifetime = bool(form) and form.endswith(LIFETIME_SUFFIX)
+  form = form[:-len(LIFETIME_SUFFIX)] if lifetime else form
+  drift_form = ("first_order" if form in (FIRST_ORDER_FORM, VALUE_CLIP_FORMS["first_order"])
+                else "squared")
+  return drift_form, lifetime
 
 
-def check_drift(theta: Dict[str, Any], where: str) -> None:
+def lifetime_conditioned(theta: Dict[str, Any]) -> bool:
+  """Whether theta's drift sees the training's progress: w0 has the seventh feature's
+  row (a theta `check_drift` passed)."""
+  return np.shape(theta["w0"])[0] == NUM_FEATURES + 1
+
+
+def check_drift(theta: Dict[str, Any], where: str, lifetime: Optional[bool] = None) -> None:
+  """theta's arrays have a drift's shapes (with `lifetime` given, conditioned on the
+  training's progress or not, as it says); a ConfigError naming `where` otherwise."""
   hidden = np.shape(theta["w0"])[-1]
-  want = dict(w0=(NUM_FEATURES, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,),
+  if lifetime is None:
+    lifetime = lifetime_conditioned(theta)
+  want = dict(w0=(NUM_FEATURES + lifetime, hidden), b0=(hidden,), w1=(hidden, 1), b1=(1,),
               log_clip=(1,))
   if VALUE_CLIP_KEY in theta:
     want[VALUE_CLIP_KEY] = (1,)
   shapes = {k: tuple(np.shape(theta[k])) if k in theta else None for k in want}
   if shapes != want:
     raise ConfigError(f"Config key `{where}`: the drift network's arrays have shapes "
-                      f"{shapes}; a drift of {hidden} hidden units has {want}.")
+                      f"{shapes}; a drift of {hidden} hidden units"
+                      f"{' conditioned on the lifetime' if lifetime else ''} has {want}.")
 
 
 @registry.losses.register("learned_policy")
@@ -194,7 +236,8 @@ class LearnedPolicyLoss(PPOLoss):
                clip_epsilon: Annotated[float, Positive] = 0.2,
                value_coef: Annotated[float, NonNegative] = 0.5,
                entropy_coef: Annotated[float, NonNegative] = 0.01, clip_value: bool = True,
-               normalize_advantages: bool = True, drift_form: str = "first_order"):
+               normalize_advantages: bool = True, drift_form: str = "first_order",
+               lifetime: bool = False, total_steps: int = 0):
     super().__init__(clip_epsilon, value_coef, entropy_coef, clip_value,
                      normalize_advantages)
     if drift_form not in DRIFT_FORMS:
@@ -202,13 +245,36 @@ class LearnedPolicyLoss(PPOLoss):
                         f"{', '.join(DRIFT_FORMS)} (module docstring).")
     # A file's own form (its learned_objective.json) decides how its theta is read.
     self.drift_form, self.drift = (load_objective(path) if path
-                                   else (drift_form, zero_drift(hidden)))
+                                   else (drift_form, zero_drift(hidden, lifetime=lifetime)))
+    self.total_steps = total_steps  # the run's gradient steps: the builder's
+    self._check_lifetime()
 
   def with_drift(self, theta: Dict[str, jax.Array]) -> "LearnedPolicyLoss":
     """The same loss with another theta (traced arrays too: the meta-learner's members)."""
+    check_drift(theta, "loss (a theta given to with_drift)")
     other = copy.copy(self)
     other.drift = theta
+    other._check_lifetime()  # pylint: disable=protected-access
     return other
+
+  @property
+  def lifetime(self) -> bool:
+    """Whether the drift sees the training's progress (its theta's form)."""
+    return lifetime_conditioned(self.drift)
+
+  def _check_lifetime(self) -> None:
+    if self.lifetime and not self.total_steps > 0:
+      raise ConfigError("Config key `loss.total_steps`: a lifetime-conditioned drift sees "
+                        "the fraction of the training done, steps / total_steps, and "
+                        f"total_steps is {self.total_steps}; the builder gives it (build "
+                        "the loss with podracer.builder, or pass the run's gradient steps).")
+
+  def progress(self) -> Optional[jax.Array]:
+    """t = n / N, the fraction of the training's gradient steps taken (clipped to [0, 1]),
+    for a lifetime-conditioned drift; None for another."""
+    if not self.lifetime:
+      return None
+    return jnp.clip(step().astype(jnp.float32) / self.total_steps, 0.0, 1.0)
 
   def _scaled_clip(self, key: str) -> Any:
     """clip_epsilon * exp(theta[key]): PPO's clip_epsilon where theta lacks the key (a
@@ -222,8 +288,9 @@ class LearnedPolicyLoss(PPOLoss):
 
   def surrogate(self, ratio: jax.Array, advantage: jax.Array) -> jax.Array:
     clipped = clipped_surrogate(ratio, advantage, self._scaled_clip(CLIP_KEY))
+    progress = self.progress()
     if self.drift_form == "squared":
-      return clipped - learned_drift(self.drift, ratio, advantage)
+      return clipped - learned_drift(self.drift, ratio, advantage, progress)
     ppo_drift = ratio * advantage - clipped  # relu((rho - clip(rho)) A) >= 0
     return ratio * advantage - jax.nn.relu(
-        ppo_drift + first_order_drift(self.drift, ratio, advantage))
+        ppo_drift + first_order_drift(self.drift, ratio, advantage, progress))
