@@ -21,7 +21,9 @@ under Anakin, Sebulba or SEED. With `--config.meta.objective=dpo` the search is 
 DPO's two constants instead (their log scales from the config's `loss.alpha` and
 `loss.beta`, or the paper's 2 and 0.6): the records and learned_objective.json give the
 `alpha` and `beta` found, to train with as `--config.loss=dpo --config.loss.alpha=...
---config.loss.beta=...`. Bad input is one paragraph naming the key, exit 2.
+--config.loss.beta=...`. With `--config.meta.lifetime=true` the drift also sees the
+fraction of its training done (TA-LPO's lifetime conditioning; the loss's module
+docstring). Bad input is one paragraph naming the key, exit 2.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ META_ADDED = {"meta.sigma_clip": 0.1, "meta.eval_every": 0, "meta.objective": "d
               "meta.drift_form": "squared",  # 0.19.0's first-order drift: squared before.
               "meta.tasks": "",
               "meta.value_clip": False,  # 0.20.0's c_v: none before.
-              "meta.lifetime": False}  # 0.21.0's lifetime conditioning: none before.
+              "meta.lifetime": False,  # 0.21.0's lifetime conditioning: none before.
+              "meta.steps_in_std": False}  # 0.21.0's steps in each parameter's std.
 # What `meta.objective` searches: the learned_policy loss's drift network and clip scale,
 # or DPO's two constants (their log scales), DPO as a low-dimensional target.
 OBJECTIVES = ("drift", "dpo")
@@ -85,6 +88,10 @@ class MetaConfig:
   value_clip: bool = True         # theta scales the value loss's clip range too (c_v)
   lifetime: bool = False          # the drift also sees the fraction of training done
                                   # (TA-LPO's lifetime conditioning)
+  steps_in_std: bool = True       # Adam's step on each parameter scaled by its std over
+                                  # the widest (sigma / sigma_clip): a narrow drift weight
+                                  # moves at its own width, not the clip scales' (before
+                                  # 0.21.0 every coordinate stepped learning_rate)
 
   def task_list(self) -> List[str]:
     return [t.strip() for t in self.tasks.split(";") if t.strip()]
@@ -317,6 +324,11 @@ class Strategy:
     # A std per parameter, flattened as evosax flattens theta (its ravel of the tree).
     std = self.es._ravel_solution(search_std(meta, theta))  # pylint: disable=protected-access
     self.es.std_schedule = optax.constant_schedule(std)
+    if meta.steps_in_std:  # Adam moves every coordinate about learning_rate a step, its
+      # signal or not: in units of each one's std, noise moves a narrow one little.
+      relative = std / jnp.max(std)
+      self.es.optimizer = optax.chain(self.es.optimizer,
+                                      optax.stateless(lambda step, _: step * relative))
     self.params = self.es.default_params
     self.theta = theta
 

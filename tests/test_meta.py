@@ -256,6 +256,35 @@ def test_without_noise_the_search_converges_near_the_optimum():
   assert np.all(np.abs(ends - 1.3) < 0.3), ends
 
 
+def _drift_walk(config, generations=30, noise=30.0):
+  """The largest |drift weight| of the mean after `generations` on the noisy profile,
+  whose fitness the drift's weights do not touch: where they end is pure noise."""
+  from podracer.components.losses import zero_drift  # pylint: disable=import-outside-toplevel
+  strategy = meta.Strategy(config, zero_drift(config.hidden))
+  state = strategy.init(jax.random.PRNGKey(1))
+  for g in range(generations):
+    ask, tell, noisy = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(2), g), 3)
+    thetas, state = strategy.ask(ask, state)
+    fitness = _profile(thetas["log_clip"][:, 0])
+    state = strategy.tell(tell, thetas, fitness + noise * jax.random.normal(
+        noisy, fitness.shape), state)
+  mean = strategy.mean(state)
+  return max(float(jnp.abs(mean[k]).max()) for k in ("w0", "b0", "w1", "b1")), mean
+
+
+def test_narrow_parameters_step_in_their_own_std_so_noise_does_not_walk_them():
+  """Adam steps every coordinate about `learning_rate` whatever its signal: before
+  0.21.0 the drift's weights (std 0.01) walked to 0.5-1 in 30 generations on noise alone
+  (their objective then diverged on MinAtar, docs/meta.md). With `steps_in_std` each step
+  is in the parameter's own std: the weights stay within a few of their sigmas, and c,
+  the widest, still moves as before."""
+  walked, before = _drift_walk(meta.MetaConfig(steps_in_std=False))
+  kept, now = _drift_walk(meta.MetaConfig())
+  assert walked > 0.5 and kept < 0.05, (walked, kept)
+  assert float(now["log_clip"][0]) == pytest.approx(float(before["log_clip"][0]), abs=0.3)
+  assert float(now["log_clip"][0]) > 0.5
+
+
 # -- DPO as a low-dimensional search target (meta.objective=dpo) -------------------------
 
 def test_dpo_search_theta_scales_alpha_and_beta_and_zero_is_dpo_itself():

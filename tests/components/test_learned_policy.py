@@ -291,8 +291,8 @@ def test_a_lifetime_conditioned_file_loads_by_its_form_and_a_mismatch_is_refused
   assert loss.total_steps == plan.num_updates * 4 * 4  # PPO's epochs x minibatches
   about.write_text(json.dumps(dict(form=objective_form("first_order", True))))
   with pytest.raises(ConfigError, match=r"`loss\.path.*shapes"):
-    registry.build(registry.losses, _section(path=str(path), total_steps=10), key="loss")
+    registry.build(registry.losses, _section(path=str(path)), key="loss", total_steps=10)
   np.savez(path, **{k: np.asarray(v) for k, v in _random_theta(jax.random.PRNGKey(1)).items()})
   about.write_text(json.dumps(dict(form=form)))
   with pytest.raises(ConfigError, match=r"`loss\.path.*shapes.*conditioned on the lifetime"):
-    registry.build(registry.losses, _section(path=str(path), total_steps=10), key="loss")
+    registry.build(registry.losses, _section(path=str(path)), key="loss", total_steps=10)
