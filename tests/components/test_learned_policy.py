@@ -269,7 +269,8 @@ def test_a_lifetime_conditioned_drift_reads_the_training_progress_and_stays_a_dr
     slope = jax.vmap(jax.grad(lambda r, a: first_order_drift(theta, r, a, jnp.float32(t))))(
         ones, advantage[0])
     np.testing.assert_allclose(slope, 0.0, atol=1e-5)
-  with pytest.raises(ConfigError, match=r"`loss\.total_steps`.*lifetime-conditioned"):
+  with pytest.raises(ConfigError,
+                     match=r"`loss` \(learned_policy\) is lifetime-conditioned.*total_steps is 0"):
     LearnedPolicyLoss(lifetime=True)
 
 

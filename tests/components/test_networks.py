@@ -396,7 +396,7 @@ def test_continuous_networks_reject_discrete_or_unbounded_actions(name):
 def test_orthogonal_is_haikus_bit_for_bit_batched_or_not():
   """podracer's Orthogonal draws haiku's matrices exactly, alone and under vmap (where
   its QR maps over the batch instead of asking LAPACK for a batched one)."""
-  from podracer.components.networks.initializers import Orthogonal  # pylint: disable=import-outside-toplevel
+  Orthogonal = networks.Orthogonal  # pylint: disable=invalid-name
   for shape, scale in (((4, 64), np.sqrt(2)), ((64, 3), 0.01), ((3, 3, 4, 16), 1.0)):
     ours = hk.transform(lambda s=shape, c=scale: Orthogonal(c)(s, jnp.float32))
     theirs = hk.transform(lambda s=shape, c=scale: hk.initializers.Orthogonal(c)(s, jnp.float32))

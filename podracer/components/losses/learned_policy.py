@@ -264,10 +264,10 @@ class LearnedPolicyLoss(PPOLoss):
 
   def _check_lifetime(self) -> None:
     if self.lifetime and not self.total_steps > 0:
-      raise ConfigError("Config key `loss.total_steps`: a lifetime-conditioned drift sees "
-                        "the fraction of the training done, steps / total_steps, and "
-                        f"total_steps is {self.total_steps}; the builder gives it (build "
-                        "the loss with podracer.builder, or pass the run's gradient steps).")
+      raise ConfigError("The `loss` (learned_policy) is lifetime-conditioned: its drift "
+                        "sees the fraction of the training done, steps / total_steps, and "
+                        f"total_steps is {self.total_steps}. The builder gives it the run's "
+                        "gradient steps (build with podracer.builder, or pass total_steps).")
 
   def progress(self) -> Optional[jax.Array]:
     """t = n / N, the fraction of the training's gradient steps taken (clipped to [0, 1]),
