@@ -96,6 +96,16 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
   old = meta.MetaConfig.from_args(dict(population="4", value_clip="False"))
   write(str(tmp_path), ppo_config.cartpole_anakin(), old)
   assert "log_value_clip" not in meta.initial_theta(old)
+  # One from 0.20.0 (no lifetime, Adam's steps not in each std) resumes with
+  # --config.meta.steps_in_std=False; without it, refused naming the key.
+  before = dict(meta.MetaConfig(population=4).__dict__)
+  del before["lifetime"], before["steps_in_std"]
+  (tmp_path / "config.json").write_text(json.dumps(dict(
+      json.loads(ppo_config.cartpole_anakin().to_json_best_effort()), meta=before)))
+  with pytest.raises(ConfigError, match=r"meta\.steps_in_std"):
+    write(str(tmp_path), ppo_config.cartpole_anakin(), meta.MetaConfig(population=4))
+  write(str(tmp_path), ppo_config.cartpole_anakin(),
+        meta.MetaConfig.from_args(dict(population="4", steps_in_std="False")))
 
 
 @pytest.mark.parametrize("args, named", [
