@@ -53,7 +53,8 @@ def meta_train(args: argparse.Namespace, workdir: str) -> str:
              f"--config.meta.drift_form={args.drift_form}",
              f"--config.meta.learning_rate={args.learning_rate}",
              f"--config.meta.seed={args.meta_seed}", f"--config.meta.tasks={args.meta_tasks}",
-             f"--config.meta.lifetime={args.lifetime}"]
+             f"--config.meta.lifetime={args.lifetime}",
+             f"--config.meta.member_seeds={args.member_seeds}"]
   start = time.perf_counter()
   subprocess.run(command, cwd=ROOT, env=_env(), check=True)
   print(f"meta-training: {time.perf_counter() - start:.0f} s", flush=True)
@@ -153,6 +154,8 @@ def main() -> None:
   parser.add_argument("--population", type=int, default=16)
   parser.add_argument("--inner_env_steps", type=int, default=65536)
   parser.add_argument("--hidden", type=int, default=16)
+  parser.add_argument("--member_seeds", type=int, default=2, help="trainings per member, "
+                      "their mean its fitness (`meta.member_seeds`; 2: docs/meta.md, 0.21.0)")
   parser.add_argument("--sigma", type=float, default=0.01)
   parser.add_argument("--sigma_clip", type=float, default=1.0)
   parser.add_argument("--learning_rate", type=float, default=0.05)
