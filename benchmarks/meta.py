@@ -95,15 +95,16 @@ def held(task: str, args: argparse.Namespace, objective: str = "") -> List[float
 
 def cost(args: argparse.Namespace, workdir: str) -> None:
   """The inner runs' env steps/s inside meta-training against plain many-runs PPO of the
-  same size (`population` runs of `inner_env_steps` in one program): medians, the first
-  (compiling) generation or record left out."""
+  same size (`population` x `member_seeds` runs of `inner_env_steps` in one program):
+  medians, the first (compiling) generation or record left out."""
   with open(os.path.join(workdir, "meta.jsonl")) as f:
     inner = float(np.median([json.loads(line)["sps"] for line in f][1:]))
-  records = launch_records(args.config, args.population, args.inner_env_steps)
+  trainings = args.population * args.member_seeds
+  records = launch_records(args.config, trainings, args.inner_env_steps)
   # A many-runs record's `sps` is its own run's: the program's is that times the runs.
-  plain = args.population * float(
-      np.median([r["sps"] for r in records if r.get("sps")][args.population:]))
-  print(f"inner runs {inner:,.0f} env steps/s; plain PPO with num_runs={args.population}: "
+  plain = trainings * float(
+      np.median([r["sps"] for r in records if r.get("sps")][trainings:]))
+  print(f"inner runs {inner:,.0f} env steps/s; plain PPO with num_runs={trainings}: "
         f"{plain:,.0f}; ratio {inner / plain:.2f}x", flush=True)
 
 

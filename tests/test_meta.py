@@ -367,7 +367,7 @@ def test_a_real_search_on_cartpole_saves_an_objective_at_least_1_15x_ppos(tmp_pa
   """30 generations of 16 members x 2 PPO trainings (about 7 minutes here), then the
   saved objective against PPO's on 64 seeds the search never used (from 100), 65,536 env
   steps each: the IQM of the last-20 % means at least 1.15x, and the mean theta's fitness
-  over the generations rising. On 16 held-out seeds the IQM's standard error is about 7 %
+  over the generations rising. On 16 held-out seeds the IQM's standard error is about 6.5 %
   of it (a bootstrap), as wide as the margin the bar asks for; 64 halve it. Measured on
   a 2-core Intel Xeon (docs/meta.md, 0.21.0): at meta seeds 0, 1, 2 with
   `meta.member_seeds=2`, 1.24x, 1.19x and 1.19x on 64 seeds (on 16, a launch of its
