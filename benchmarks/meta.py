@@ -9,6 +9,10 @@ commands do (docs/meta.md):
   # PPO's return against its clip scale c (clip 0.2 exp(c)) first, 16 seeds each: where
   # the gain the search should find lies.
   python benchmarks/meta.py --clip_profile=-0.5,0,0.25,0.5,0.75,1,1.25,1.6,2.3 --seeds=16
+  # A saved objective against PPO on tasks (seen or never seen), no meta-training: each
+  # side's IQM and their ratio with its 95 % bootstrap interval.
+  python benchmarks/meta.py --transfer=DIR/learned_objective.npz --seeds=16 \
+      --eval_env_steps=1015808 --tasks="agents/ppo/config.py:minatar_anakin|--config.env.env_id=Asterix-MinAtar"
 
 1. `python -m podracer.meta` on `--config` (its progress lines pass through).
 2. For each of `--tasks`: PPO's loss and the learned one (`--config.loss=learned_policy
@@ -38,7 +42,9 @@ from podracer.report import iqm as _iqm  # noqa: E402  pylint: disable=wrong-imp
 
 
 def _env() -> dict:
-  env = dict(os.environ, PYTHONPATH=ROOT)
+  # The checkout first, then what the caller's PYTHONPATH gives (a GPU box's .gpu-site).
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p))
   env.pop("XLA_FLAGS", None)  # One device, as a user has.
   return env
 
@@ -146,6 +152,34 @@ def clip_profile(args: argparse.Namespace) -> None:
           f"({', '.join(f'{v:.0f}' for v in values)})", flush=True)
 
 
+def ratio_interval(ppo: List[float], learned: List[float], reps: int = 2000,
+                   seed: int = 0) -> tuple:
+  """(learned's IQM over PPO's, its 95 % percentile interval): each side's seeds resampled
+  on their own. Where both IQMs are negative (a return that is minus a cost, Acrobot's
+  steps to swing up), the ratio is PPO's cost over the learned one's: above 1 is better."""
+  a, b = np.asarray(ppo, np.float64), np.asarray(learned, np.float64)
+  rng = np.random.default_rng(seed)
+  pick = lambda x: x[rng.integers(0, len(x), size=(reps, len(x)))]
+  point, boot = (_iqm(b), _iqm(a)), (_iqm(pick(b)), _iqm(pick(a)))
+  flip = point[0] < 0 and point[1] < 0
+  ratio = lambda num, den: den / num if flip else num / den
+  return float(ratio(*point)), np.percentile(ratio(*boot), [2.5, 97.5])
+
+
+def transfer(args: argparse.Namespace) -> None:
+  """`--transfer=OBJECTIVE`: PPO and the saved objective on each of `--tasks`, `--seeds`
+  held-out seeds of `--eval_env_steps` each; per seed, each side's IQM, the ratio."""
+  for task in args.tasks.split(";"):
+    start = time.perf_counter()
+    ppo, learned = held(task, args), held(task, args, args.transfer)
+    ratio, (low, high) = ratio_interval(ppo, learned)
+    print(f"{task}: PPO {', '.join(f'{v:.1f}' for v in ppo)}; learned "
+          f"{', '.join(f'{v:.1f}' for v in learned)}", flush=True)
+    print(f"{task}: IQM PPO {float(_iqm(np.asarray(ppo))):.2f}, learned "
+          f"{float(_iqm(np.asarray(learned))):.2f}: {ratio:.2f}x (95 % {low:.2f}-{high:.2f}), "
+          f"{len(ppo)} seeds, {time.perf_counter() - start:.0f} s", flush=True)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--config", default="agents/ppo/config.py:cartpole_anakin")
@@ -168,14 +202,16 @@ def main() -> None:
                       "fraction of the training done (`meta.lifetime`, TA-LPO's)")
   parser.add_argument("--clip_profile", default="", help="c values: measure PPO's profile "
                       "along the clip scale instead of meta-training")
+  parser.add_argument("--transfer", default="", help="a saved learned_objective.npz: "
+                      "train it and PPO on each of --tasks instead of meta-training")
   parser.add_argument("--seeds", type=int, default=8)
   parser.add_argument("--eval_env_steps", type=int, default=65536)
   parser.add_argument("--workdir", default="", help="keep the meta-training here")
   parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "meta_fitness.png"),
                       help="the fitness curve's file ('' for none)")
   args = parser.parse_args()
-  if args.clip_profile:
-    clip_profile(args)
+  if args.clip_profile or args.transfer:
+    (clip_profile if args.clip_profile else transfer)(args)
     return
   workdir = args.workdir or tempfile.mkdtemp(prefix="podracer-meta-")
   objective = meta_train(args, workdir)

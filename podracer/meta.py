@@ -23,7 +23,8 @@ DPO's two constants instead (their log scales from the config's `loss.alpha` and
 `alpha` and `beta` found, to train with as `--config.loss=dpo --config.loss.alpha=...
 --config.loss.beta=...`. With `--config.meta.lifetime=true` the drift also sees the
 fraction of its training done (TA-LPO's lifetime conditioning; the loss's module
-docstring). Bad input is one paragraph naming the key, exit 2.
+docstring). Bad input is one paragraph naming the key, exit 2. Ctrl-C or SIGTERM stops it
+with exit 130 or 143, the state and the objective of the last whole generation saved.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import numpy as np
 from podracer import __version__
 from podracer.config import runs as runs_lib
 from podracer.errors import ConfigError, NonFiniteError
+from podracer.lifecycle import preemption
 from podracer.lifecycle import workdir as workdir_lib
 
 META_FLAG = "--config.meta."
@@ -396,19 +398,23 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
                f"({meta.population} members x {meta.member_seeds}, {len(experiments)} "
                f"task{'s' * (len(experiments) > 1)}), generations "
                f"{done + 1}-{meta.generations}\n" + tasks.describe())
-  record: Dict[str, Any] = {}
-  for g in range(done, meta.generations):
-    state, record = _one_generation(strategy, tasks, state, g, root, meta, inner_steps)
-    record.update(_where(meta, experiment.agent.loss, strategy.mean(state)))
-    if evaluate is not None and ((g + 1) % meta.eval_every == 0 or g + 1 == meta.generations):
-      record.update(_evaluated(evaluate, strategy.mean(state), root, g + 1))
-    save_state(workdir, state, g + 1)
-    _append(workdir, record)
-    stream.write(_progress(record) + "\n")
-    stream.flush()
-  theta = strategy.mean(state)
-  save_objective(workdir, theta, objective_about(meta, theta, experiment.agent.loss))
-  return record
+  last = dict(state=state, generation=done, record={})
+  try:
+    for g in range(done, meta.generations):
+      state, record = _one_generation(strategy, tasks, state, g, root, meta, inner_steps)
+      record.update(_where(meta, experiment.agent.loss, strategy.mean(state)))
+      if evaluate is not None and ((g + 1) % meta.eval_every == 0 or g + 1 == meta.generations):
+        record.update(_evaluated(evaluate, strategy.mean(state), root, g + 1))
+      save_state(workdir, state, g + 1)
+      _append(workdir, record)
+      last.update(state=state, generation=g + 1, record=record)
+      stream.write(_progress(record) + "\n")
+      stream.flush()
+  finally:  # Also when stopped (Ctrl-C, SIGTERM): the mean theta of the last whole generation.
+    theta = strategy.mean(last["state"])
+    if last["generation"]:
+      save_objective(workdir, theta, objective_about(meta, theta, experiment.agent.loss))
+  return last["record"]
 
 
 def load_task(text: str) -> Any:
@@ -602,6 +608,19 @@ def _write_config(workdir: str, config: Any, meta: MetaConfig) -> None:
     json.dump(written, f, indent=2, sort_keys=True)
 
 
+def _stopped(interrupt: KeyboardInterrupt, workdir: str) -> str:
+  """What a stop kept: the generations done and the objective saved after the last one."""
+  path = os.path.join(workdir, STATE_FILE)
+  done = 0
+  if os.path.isfile(path):
+    with np.load(path) as saved:
+      done = int(saved["generation"])
+  kept = (f"{workdir}/{STATE_FILE} keeps {done} generation{'s' * (done != 1)} and "
+          f"{OBJECTIVE_FILE} the mean theta after the last; relaunch with the same flags "
+          "to resume." if done else "no generation had finished, nothing was saved.")
+  return f"podracer.meta: stopped by {preemption.stopped_by(interrupt)}; {kept}\n"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
   """`python -m podracer.meta`: the config's flags as the launcher takes them, and
   `--config.meta.KEY=VALUE`."""
@@ -622,7 +641,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "--workdir=DIR.")
     from podracer import launch  # pylint: disable=import-outside-toplevel
     launch.register_components_and_agents()
+    preemption.handle_sigint()
+    preemption.handle_sigterm()
     train(config_flag.value, MetaConfig.from_args(meta_args), workdir.value)
+  except KeyboardInterrupt as interrupt:
+    sys.stderr.write(_stopped(interrupt, workdir.value))
+    return preemption.exit_status(interrupt)
   except (ConfigError, flags.Error) as e:
     sys.stderr.write("\n".join(textwrap.wrap(f"Config error: {e}", 88,
                                              break_long_words=False)) + "\n")

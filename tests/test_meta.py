@@ -6,8 +6,10 @@ import dataclasses
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -75,6 +77,42 @@ def test_generations_train_and_a_resume_is_exact(tmp_path):
   assert about["hidden"] == 4 and about["loss"] == "learned_policy"
   assert about["form"] == "ppo_value_and_policy_clip_scales_and_first_order_drift"
   assert agent.loss.drift_form == "first_order"
+
+
+def _meta_command(workdir, generations):
+  flags = [f"--config.meta.{k}={v}" for k, v in dict(SMALL, eval_every="0").items()]
+  return [sys.executable, "-m", "podracer.meta", "--config=agents/ppo/config.py:cartpole_anakin",
+          f"--workdir={workdir}", f"--config.meta.generations={generations}", *flags]
+
+
+@pytest.mark.slow
+def test_sigterm_mid_search_stops_cleanly_keeping_the_generations_and_their_objective(tmp_path):
+  """SIGTERM once a generation is recorded (of 10,000 asked): exit 143 within seconds, one
+  line saying what was kept, no traceback; the state, the records and the objective of the
+  last whole generation, the same objective a relaunch for those generations writes."""
+  process = subprocess.Popen(_meta_command(tmp_path, 10000), cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  records = tmp_path / meta.RECORDS_FILE
+  deadline = time.monotonic() + 600
+  while not (records.exists() and records.read_text().count("\n") >= 1):
+    assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+    time.sleep(0.2)
+  process.send_signal(signal.SIGTERM)
+  out, err = process.communicate(timeout=120)
+  assert process.returncode == 143, err
+  assert "Traceback" not in err and "podracer.meta: stopped by SIGTERM" in err
+  with np.load(tmp_path / meta.STATE_FILE) as saved:
+    done = int(saved["generation"])
+  assert 1 <= done < 10000 and f"keeps {done} generation" in err
+  assert len(_records(tmp_path)) == done and f"generation {done}: fitness" in out
+  stopped = dict(np.load(tmp_path / meta.OBJECTIVE_FILE))
+  again = subprocess.run(_meta_command(tmp_path, done), cwd=ROOT, capture_output=True,
+                         text=True, check=False)
+  assert again.returncode == 0, again.stderr
+  with np.load(tmp_path / meta.OBJECTIVE_FILE) as rewritten:
+    assert sorted(rewritten) == sorted(stopped)
+    for k in stopped:
+      np.testing.assert_array_equal(stopped[k], rewritten[k])
 
 
 def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
@@ -393,3 +431,16 @@ def test_a_real_search_on_cartpole_saves_an_objective_at_least_1_15x_ppos(tmp_pa
                           "--config.total_env_steps=65536", *overrides)
     held[name] = iqm(last_fifth_means(records))
   assert held["learned"] >= 1.15 * held["ppo"], held
+
+
+def test_the_transfer_benchmarks_ratio_and_its_bootstrap_interval():
+  """benchmarks/meta.py --transfer: the learned IQM over PPO's (PPO's cost over the
+  learned one's where both are negative), inside its 95 % interval."""
+  from benchmarks import meta as bench  # pylint: disable=import-outside-toplevel
+  ratio, (low, high) = bench.ratio_interval([100.0] * 8, [120.0] * 8)
+  assert ratio == pytest.approx(1.2) and low == pytest.approx(1.2) == high
+  assert bench.ratio_interval([-150.0] * 4, [-120.0] * 4)[0] == pytest.approx(1.25)
+  rng = np.random.default_rng(0)
+  ratio, (low, high) = bench.ratio_interval(100 + 10 * rng.standard_normal(16),
+                                            110 + 10 * rng.standard_normal(16))
+  assert low < ratio < high and high - low > 0.05
