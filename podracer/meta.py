@@ -405,11 +405,12 @@ def train(config: Any, meta: MetaConfig, workdir: str, stream=sys.stdout) -> Dic
       record.update(_where(meta, experiment.agent.loss, strategy.mean(state)))
       if evaluate is not None and ((g + 1) % meta.eval_every == 0 or g + 1 == meta.generations):
         record.update(_evaluated(evaluate, strategy.mean(state), root, g + 1))
-      save_state(workdir, state, g + 1)
-      _append(workdir, record)
-      last.update(state=state, generation=g + 1, record=record)
-      stream.write(_progress(record) + "\n")
-      stream.flush()
+      with preemption.deferred():  # A SIGTERM waits: state, records, objective agree.
+        save_state(workdir, state, g + 1)
+        _append(workdir, record)
+        last.update(state=state, generation=g + 1, record=record)
+        stream.write(_progress(record) + "\n")
+        stream.flush()
   finally:  # Also when stopped (Ctrl-C, SIGTERM): the mean theta of the last whole generation.
     theta = strategy.mean(last["state"])
     if last["generation"]:
