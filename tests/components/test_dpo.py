@@ -56,7 +56,8 @@ def _tiny(config, steps):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["catch_anakin", "cartpole_sebulba", "cartpole_seed"])
+@pytest.mark.parametrize("name", ["catch_anakin", "cartpole_sebulba", "cartpole_seed",
+                                  "pendulum_anakin", "mujoco_sebulba", "mujoco_seed"])
 def test_dpo_at_its_constants_trains_under_every_runtime(name):
   from agents.ppo import config as ppo_config  # pylint: disable=import-outside-toplevel
   from tests.test_sebulba import one_device  # pylint: disable=import-outside-toplevel
@@ -67,6 +68,8 @@ def test_dpo_at_its_constants_trains_under_every_runtime(name):
     one_device(config)
   experiment = builder.build(_tiny(config, 8192))
   assert isinstance(experiment.agent.loss, DPOLoss)
+  # Continuous actions too: a Gaussian policy's (Pendulum in JAX; MuJoCo on EnvPool).
+  assert ("distribution" in config) == (name.startswith(("pendulum", "mujoco")))
   assert registry.losses.get("dpo") is DPOLoss
   logger = MetricsLogger(stream=None)
   experiment.runtime.train(logger)

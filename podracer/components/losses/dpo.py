@@ -42,7 +42,8 @@ def dpo_drift(ratio: jax.Array, advantage: jax.Array, alpha, beta) -> jax.Array:
 @registry.losses.register("dpo")
 class DPOLoss(PPOLoss):
   """PPO's loss with DPO's drift for its clipping; called as `loss(policy, value, batch)`
-  wherever PPO's loss is (PPO, recurrent PPO; Anakin, Sebulba and SEED)."""
+  wherever PPO's loss is (PPO, recurrent PPO; Anakin, Sebulba and SEED; categorical and
+  Gaussian policies, the ratio from the distribution's log-probabilities)."""
 
   def __init__(self, alpha: Annotated[float, Positive] = 2.0,
                beta: Annotated[float, Positive] = 0.6,
