@@ -9,6 +9,8 @@ commands do (docs/meta.md):
   # PPO's return against its clip scale c (clip 0.2 exp(c)) first, 16 seeds each: where
   # the gain the search should find lies.
   python benchmarks/meta.py --clip_profile=-0.5,0,0.25,0.5,0.75,1,1.25,1.6,2.3 --seeds=16
+  # The learned objective's own clip scales (c:c_v) with a zero drift, 64 seeds each.
+  python benchmarks/meta.py --zero_drift_profile=0:0,0:-2,0:-6 --seeds=64
   # A saved objective against PPO on tasks (seen or never seen), no meta-training: each
   # side's IQM and their ratio with its 95 % bootstrap interval.
   python benchmarks/meta.py --transfer=DIR/learned_objective.npz --seeds=16 \
@@ -152,6 +154,49 @@ def clip_profile(args: argparse.Namespace) -> None:
           f"({', '.join(f'{v:.0f}' for v in values)})", flush=True)
 
 
+def zero_drift_objective(folder: str, c: float, c_v: float, hidden: int = 16) -> str:
+  """A learned_objective.npz (and its .json) in `folder`: clip scales (c, c_v), no drift."""
+  from podracer.components.losses.learned_policy import objective_form, zero_drift  # pylint: disable=import-outside-toplevel
+  theta = dict(zero_drift(hidden), log_clip=np.full((1,), c, np.float32),
+               log_value_clip=np.full((1,), c_v, np.float32))
+  path = os.path.join(folder, f"c{c:+g}_cv{c_v:+g}.npz")
+  np.savez(path, **{k: np.asarray(v) for k, v in theta.items()})
+  with open(os.path.splitext(path)[0] + ".json", "w", encoding="utf-8") as f:
+    json.dump(dict(form=objective_form("first_order", True), loss="learned_policy"), f)
+  return path
+
+
+def zero_drift_profile(args: argparse.Namespace) -> None:
+  """`--zero_drift_profile=c:c_v,...`: the search's own space without its drift, the
+  `learned_policy` loss at log clip scales (c, c_v) and a zero drift (c = c_v = 0: PPO),
+  IQM over `--seeds` seeds at `--inner_env_steps`."""
+  with tempfile.TemporaryDirectory() as folder:
+    for point in args.zero_drift_profile.split(","):
+      c, c_v = map(float, point.split(":"))
+      path = zero_drift_objective(folder, c, c_v, args.hidden)
+      values = held_by_run(launch_records(
+          args.config, args.seeds, args.inner_env_steps,
+          ["--config.loss=learned_policy", f"--config.loss.path={path}",
+           f"--config.loss.hidden={args.hidden}"]))
+      print(f"zero-drift profile c={c:+.2f} c_v={c_v:+.2f}: IQM "
+            f"{float(_iqm(np.asarray(values, np.float64))):.1f} over {len(values)} seeds, "
+            f"per-seed sd {float(np.std(values)):.1f}", flush=True)
+
+
+def pass_rate(ppo: List[float], learned: List[float], seeds: int = 16, bar: float = 1.15,
+              reps: int = 4000, seed: int = 0) -> float:
+  """The chance that a launch of `seeds` seeds shows learned's IQM at least `bar` times
+  PPO's: the fraction of `reps` draws of `seeds` runs from each side (without
+  replacement; each side more than `seeds` runs) whose ratio reaches it."""
+  a, b = np.asarray(ppo, np.float64), np.asarray(learned, np.float64)
+  if min(len(a), len(b)) <= seeds:
+    raise ValueError(f"pass_rate draws {seeds} of each side's runs: give more "
+                     f"({len(a)} and {len(b)} given).")
+  rng = np.random.default_rng(seed)
+  draw = lambda x: rng.permuted(np.tile(x, (reps, 1)), axis=1)[:, :seeds]
+  return float(np.mean(_iqm(draw(b)) >= bar * _iqm(draw(a))))
+
+
 def ratio_interval(ppo: List[float], learned: List[float], reps: int = 2000,
                    seed: int = 0) -> tuple:
   """(learned's IQM over PPO's, its 95 % percentile interval): each side's seeds resampled
@@ -178,6 +223,10 @@ def transfer(args: argparse.Namespace) -> None:
     print(f"{task}: IQM PPO {float(_iqm(np.asarray(ppo))):.2f}, learned "
           f"{float(_iqm(np.asarray(learned))):.2f}: {ratio:.2f}x (95 % {low:.2f}-{high:.2f}), "
           f"{len(ppo)} seeds, {time.perf_counter() - start:.0f} s", flush=True)
+    if args.pass_seeds and len(ppo) > args.pass_seeds:
+      print(f"{task}: a launch of {args.pass_seeds} of these seeds a side shows at least "
+            f"{args.bar:.2f}x in {100 * pass_rate(ppo, learned, args.pass_seeds, args.bar):.0f} %"
+            " of draws", flush=True)
 
 
 def main() -> None:
@@ -204,15 +253,22 @@ def main() -> None:
                       "along the clip scale instead of meta-training")
   parser.add_argument("--transfer", default="", help="a saved learned_objective.npz: "
                       "train it and PPO on each of --tasks instead of meta-training")
+  parser.add_argument("--zero_drift_profile", default="", help="c:c_v pairs: the learned "
+                      "objective's clip scales with a zero drift, instead of meta-training")
+  parser.add_argument("--pass_seeds", type=int, default=16, help="--transfer with more "
+                      "seeds: how often a launch of this many a side reaches --bar")
+  parser.add_argument("--bar", type=float, default=1.15)
   parser.add_argument("--seeds", type=int, default=8)
   parser.add_argument("--eval_env_steps", type=int, default=65536)
   parser.add_argument("--workdir", default="", help="keep the meta-training here")
   parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "meta_fitness.png"),
                       help="the fitness curve's file ('' for none)")
   args = parser.parse_args()
-  if args.clip_profile or args.transfer:
-    (clip_profile if args.clip_profile else transfer)(args)
-    return
+  for flag, measure in (("clip_profile", clip_profile), ("transfer", transfer),
+                        ("zero_drift_profile", zero_drift_profile)):
+    if getattr(args, flag):
+      measure(args)
+      return
   workdir = args.workdir or tempfile.mkdtemp(prefix="podracer-meta-")
   objective = meta_train(args, workdir)
   if args.plot:

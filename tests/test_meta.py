@@ -393,30 +393,35 @@ def test_a_dpo_search_trains_and_writes_the_alpha_and_beta_it_found(tmp_path):
 
 
 # The search of docs/meta.md (0.21.0): the clip scales wide, the drift narrow, each
-# member's fitness the mean of two trainings.
+# member's fitness the mean of two trainings; its budget a parameter of the test.
 SEARCH = ("--config.meta.generations=30", "--config.meta.population=16",
-          "--config.meta.member_seeds=2", "--config.meta.inner_env_steps=65536",
-          "--config.meta.sigma=0.01", "--config.meta.sigma_clip=1.0")
-HELD_OUT_SEEDS = 64
+          "--config.meta.member_seeds=2", "--config.meta.sigma=0.01",
+          "--config.meta.sigma_clip=1.0")
 
 
 @pytest.mark.extended
-def test_a_real_search_on_cartpole_saves_an_objective_at_least_1_15x_ppos(tmp_path):
-  """30 generations of 16 members x 2 PPO trainings (about 7 minutes here), then the
-  saved objective against PPO's on 64 seeds the search never used (from 100), 65,536 env
-  steps each: the IQM of the last-20 % means at least 1.15x, and the mean theta's fitness
-  over the generations rising. On 16 held-out seeds the IQM's standard error is about 6.5 %
-  of it (a bootstrap), as wide as the margin the bar asks for; 64 halve it. Measured on
-  a 2-core Intel Xeon (docs/meta.md, 0.21.0): at meta seeds 0, 1, 2 with
-  `meta.member_seeds=2`, 1.24x, 1.19x and 1.19x on 64 seeds (on 16, a launch of its
-  own, 1.10x, 1.08x and 1.10x); at one training a member 0.98x, 1.22x and 1.17x on 64;
-  on a 2-core AMD EPYC at one training a member, 1.26x and 1.23x (16 seeds, meta seeds
-  0 and 1)."""
+@pytest.mark.parametrize("inner_env_steps,held_out_seeds", [(65536, 64), (32768, 16)],
+                         ids=["65536_steps_64_seeds", "32768_steps_16_seeds"])
+def test_a_real_search_on_cartpole_saves_an_objective_at_least_1_15x_ppos(
+    tmp_path, inner_env_steps, held_out_seeds):
+  """30 generations of 16 members x 2 PPO trainings of `inner_env_steps` (about 7
+  minutes at 65,536 here, 5 at 32,768), then the saved objective against PPO's on
+  `held_out_seeds` seeds the search never used (from 100) at the same budget: the IQM of
+  the last-20 % means at least 1.15x, and the mean theta's fitness over the generations
+  rising. On 16 held-out seeds the IQM's standard error at 65,536 steps is about 6.5 %
+  of it (a bootstrap), as wide as the margin the bar asks for, so that budget's bar is
+  read on 64 seeds; at 32,768 the gain is 1.5x and the bar is read on 16, as the issue
+  asks. Measured (docs/meta.md): at 65,536 steps, meta seeds 0, 1, 2, 1.24x, 1.19x and
+  1.19x on 64 seeds (1.10x, 1.08x and 1.10x on a 16-seed launch; a 16-seed launch of
+  such an objective shows 1.15x in 68-86 % of draws); at 32,768 steps, 1.50x, 1.44x and
+  1.53x on 16 seeds (1.50x, 1.51x, 1.51x on 64; 2026-12-04, a 2-core AMD EPYC)."""
   env = dict(os.environ, PYTHONPATH=str(ROOT))
   env.pop("XLA_FLAGS", None)
   result = subprocess.run([sys.executable, "-m", "podracer.meta",
                            "--config=agents/ppo/config.py:cartpole_anakin",
-                           f"--workdir={tmp_path / 'meta'}", *SEARCH], cwd=ROOT, env=env,
+                           f"--workdir={tmp_path / 'meta'}", *SEARCH,
+                           f"--config.meta.inner_env_steps={inner_env_steps}"],
+                          cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1800)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   curve = [r["mean_theta_fitness"] for r in _records(tmp_path / "meta")
@@ -427,10 +432,35 @@ def test_a_real_search_on_cartpole_saves_an_objective_at_least_1_15x_ppos(tmp_pa
       "--config.loss=learned_policy",
       f"--config.loss.path={tmp_path / 'meta' / meta.OBJECTIVE_FILE}"))):
     records = launch_runs("agents/ppo/config.py:cartpole_anakin", tmp_path / name,
-                          f"--config.num_runs={HELD_OUT_SEEDS}", "--config.seed=100",
-                          "--config.total_env_steps=65536", *overrides)
+                          f"--config.num_runs={held_out_seeds}", "--config.seed=100",
+                          f"--config.total_env_steps={inner_env_steps}", *overrides)
     held[name] = iqm(last_fifth_means(records))
   assert held["learned"] >= 1.15 * held["ppo"], held
+
+
+def test_the_pass_rate_of_a_launch_of_fewer_seeds():
+  """benchmarks/meta.py's pass_rate: how often a launch of 16 of the runs a side shows
+  the bar, from draws of each side's runs."""
+  from benchmarks import meta as bench  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  ppo = 240 + 25 * rng.standard_normal(64)
+  assert bench.pass_rate(ppo, 1.5 * ppo) == 1.0
+  assert bench.pass_rate(ppo, ppo + 1e-3) == 0.0
+  wide = 1.15 * 240 + 75 * rng.standard_normal(64)  # at the bar, three times the spread
+  assert 0.2 < bench.pass_rate(ppo, wide) < 0.8
+  with pytest.raises(ValueError, match="16 of each side"):
+    bench.pass_rate(ppo[:16], ppo)
+
+
+def test_a_zero_drift_objective_is_the_loss_at_those_clip_scales(tmp_path):
+  """benchmarks/meta.py --zero_drift_profile's objectives load as the learned_policy loss
+  with those clip scales and no drift."""
+  from benchmarks import meta as bench  # pylint: disable=import-outside-toplevel
+  from podracer.components.losses.learned_policy import LearnedPolicyLoss  # pylint: disable=import-outside-toplevel
+  loss = LearnedPolicyLoss(path=bench.zero_drift_objective(str(tmp_path), 0.5, -2.0))
+  assert float(loss.value_clip_epsilon()) == pytest.approx(0.2 * np.exp(-2.0), rel=1e-6)
+  assert float(loss._scaled_clip("log_clip")) == pytest.approx(0.2 * np.exp(0.5), rel=1e-6)  # pylint: disable=protected-access
+  assert all(not np.any(loss.drift[k]) for k in ("w0", "b0", "w1", "b1"))
 
 
 def test_the_transfer_benchmarks_ratio_and_its_bootstrap_interval():
