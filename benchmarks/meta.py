@@ -155,15 +155,16 @@ def clip_profile(args: argparse.Namespace) -> None:
 
 
 def zero_drift_objective(folder: str, c: float, c_v: float, hidden: int = 16) -> str:
-  """A learned_objective.npz (and its .json) in `folder`: clip scales (c, c_v), no drift."""
+  """A learned_objective.npz (and its .json), as `podracer.meta` saves one, in a folder
+  of its own under `folder`: clip scales (c, c_v), no drift."""
+  from podracer import meta  # pylint: disable=import-outside-toplevel
   from podracer.components.losses.learned_policy import objective_form, zero_drift  # pylint: disable=import-outside-toplevel
   theta = dict(zero_drift(hidden), log_clip=np.full((1,), c, np.float32),
                log_value_clip=np.full((1,), c_v, np.float32))
-  path = os.path.join(folder, f"c{c:+g}_cv{c_v:+g}.npz")
-  np.savez(path, **{k: np.asarray(v) for k, v in theta.items()})
-  with open(os.path.splitext(path)[0] + ".json", "w", encoding="utf-8") as f:
-    json.dump(dict(form=objective_form("first_order", True), loss="learned_policy"), f)
-  return path
+  own = os.path.join(folder, f"c{c:+g}_cv{c_v:+g}")
+  os.makedirs(own, exist_ok=True)
+  return meta.save_objective(own, theta, dict(form=objective_form("first_order", True),
+                                              loss="learned_policy", hidden=hidden))
 
 
 def zero_drift_profile(args: argparse.Namespace) -> None:
@@ -264,9 +265,9 @@ def main() -> None:
   parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "meta_fitness.png"),
                       help="the fitness curve's file ('' for none)")
   args = parser.parse_args()
-  for flag, measure in (("clip_profile", clip_profile), ("transfer", transfer),
-                        ("zero_drift_profile", zero_drift_profile)):
-    if getattr(args, flag):
+  for given, measure in ((args.clip_profile, clip_profile), (args.transfer, transfer),
+                         (args.zero_drift_profile, zero_drift_profile)):
+    if given:
       measure(args)
       return
   workdir = args.workdir or tempfile.mkdtemp(prefix="podracer-meta-")
