@@ -11,7 +11,8 @@ builds it in one straight line (podracer/builder.py):
   runtime.train(logger, checkpointer=..., evaluation=...)   # what it says it takes
 
 Callers ask a runtime what it can do by method, never by looking for attributes:
-`checkpoints()` and `evaluates()` (does `train` take a checkpointer, an evaluation),
+`checkpoints()` and `evaluates()` (does `train` take a checkpointer, an evaluation: by
+default, read from the parameters of the `train` the runtime implements),
 `final_nets(state, run)` and `saved_nets(checkpointer, run)` (the trained parameters, for
 videos and `podracer.play`), `environment_to_watch(seed)`. What a runtime does not do
 it answers with `NotSupported`, a ConfigError that names it (exit 2).
@@ -157,12 +158,15 @@ class Runtime(abc.ABC):
     return self.train(logger, **extras)
 
   def checkpoints(self) -> bool:
-    """Whether `train` takes a checkpointer: saves its state and resumes from it."""
-    return _overrides(self, "run") and "checkpointer" in _run_parameters(self)
+    """Whether `train` takes a checkpointer: saves its state and resumes from it. By
+    default, what the runtime's own `train` declares (a `checkpointer` parameter), or a
+    runtime of before 0.17 its `run`; a runtime may answer for itself."""
+    return "checkpointer" in _training_parameters(self)
 
   def evaluates(self) -> bool:
-    """Whether `train` takes an evaluation (podracer/lifecycle/evaluation.py)."""
-    return _overrides(self, "run") and "evaluation" in _run_parameters(self)
+    """Whether `train` takes an evaluation (podracer/lifecycle/evaluation.py): by
+    default, whether its own `train` (before 0.17: `run`) has an `evaluation` parameter."""
+    return "evaluation" in _training_parameters(self)
 
   def final_nets(self, state: Any, run: int = 0) -> Any:
     """Run `run`'s trained parameters (host arrays, one replica's) in the state `train`
@@ -187,5 +191,10 @@ def _overrides(runtime: Runtime, name: str) -> bool:
   return getattr(type(runtime), name) is not getattr(Runtime, name)
 
 
-def _run_parameters(runtime: Runtime):
-  return inspect.signature(runtime.run).parameters
+def _training_parameters(runtime: Runtime):
+  """The parameters of the training the runtime implements: its `train`, else (a runtime
+  of before 0.17) its `run`; none if it implements neither."""
+  for name in ("train", "run"):
+    if _overrides(runtime, name):
+      return inspect.signature(getattr(runtime, name)).parameters
+  return {}

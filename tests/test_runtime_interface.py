@@ -1,6 +1,7 @@
 """A user's own runtime gets checkpoints, `eval_video` and `podracer.play` by implementing
 the Runtime interface (podracer/runtime.py), asked by method; what a runtime does not
-implement is refused in one paragraph naming the runtime and the method; a runtime
+implement is refused in one paragraph naming the runtime and the method; one written to
+the 0.21 interface is asked what it supports from its `train`'s parameters; a runtime
 written before 0.17 (its `run`) still trains, with a DeprecationWarning."""
 
 import glob
@@ -12,7 +13,8 @@ import pytest
 
 from podracer import builder, deprecation, launch, play, registry
 from podracer.errors import ConfigError
-from podracer.lifecycle import video
+from podracer.components.environments.base import VectorEnv
+from podracer.lifecycle import evaluation as evaluation_lib, video
 from podracer.logs.meters import Window
 from podracer.runtime import NotSupported, Runtime
 from podracer.runtimes.anakin import Anakin, AnakinOptions
@@ -43,17 +45,26 @@ class UserLoop(Runtime):
     first = 0
     if checkpointer is not None and checkpointer.latest() is not None:
       state, first = checkpointer.restore(state)
+    steps = self.plan.env_steps_per_round
     for call in range(first, self.plan.num_rounds):
       state, (metrics, episodes) = self._call(state)
       window = Window()
-      window.add_steps(self.plan.env_steps_per_round, np.asarray(episodes)[0])
+      window.add_steps(steps, np.asarray(episodes)[0])
       window.add_metrics({k: np.asarray(v)[0] for k, v in metrics.items()})
-      logger.write(window.record(env_steps=(call + 1) * self.plan.env_steps_per_round,
-                                 updates=(call + 1) * self.plan.updates_per_round))
+      record = window.record(env_steps=(call + 1) * steps,
+                             updates=(call + 1) * self.plan.updates_per_round)
+      if evaluation is not None and evaluation.due(call * steps, (call + 1) * steps):
+        record["eval_return"] = self._evaluate(evaluation, state, (call + 1) * steps)
+      logger.write(record)
     if checkpointer is not None:
       checkpointer.save(self.plan.num_rounds, state, len(logger.records),
                         env_steps=self.plan.total_env_steps)
     return state
+
+  def _evaluate(self, evaluation, state, env_steps):
+    env = VectorEnv(self.env.evaluation_env(), evaluation.episodes)
+    return float(evaluation_lib.jax_return(self.agent, env, self.final_nets(state),
+                                           evaluation.key(env_steps)))
 
   def final_nets(self, state, run=0):
     if run:
@@ -68,13 +79,25 @@ class UserLoop(Runtime):
     return self.env
 
 
+@registry.runtimes.register("test_0_21")
+class Today(UserLoop):
+  """A runtime written to the 0.21 interface only: its `train` takes a checkpointer and
+  an evaluation, and it declares nothing more (the interface's `checkpoints` and
+  `evaluates`)."""
+  checkpoints = Runtime.checkpoints
+
+
 @registry.runtimes.register("test_bare")
 class Bare(UserLoop):
-  """Trains, and says nothing of what it trained: the interface's defaults."""
+  """Trains (its `train` takes neither a checkpointer nor an evaluation), and says
+  nothing of what it trained: the interface's defaults."""
   checkpoints = Runtime.checkpoints
   final_nets = Runtime.final_nets
   saved_nets = Runtime.saved_nets
   environment_to_watch = Runtime.environment_to_watch
+
+  def train(self, logger):  # pylint: disable=arguments-differ
+    return UserLoop.train(self, logger)
 
 
 @registry.runtimes.register("test_before_0_17")
@@ -120,6 +143,18 @@ def test_what_a_runtime_does_not_implement_is_refused_naming_it():
                        (lambda: bare.saved_nets(None), "saved_nets")):
     with pytest.raises(NotSupported, match=rf"runtime Bare .*Runtime\.{method} is not"):
       call()
+
+
+def test_a_runtime_written_to_the_0_21_interface_gets_checkpoints_and_evaluation(tmp_path):
+  """Its `train` takes both, and it declares nothing else: it is asked from `train`."""
+  experiment = builder.build(_config("test_0_21", eval_interval=512, eval_episodes=2))
+  assert experiment.runtime.checkpoints() and experiment.runtime.evaluates()
+  summary = experiment.train(workdir=str(tmp_path), stream=None)
+  assert [("eval_return" in r) for r in summary["records"]] == [False, True, False]
+  assert np.isfinite(summary["records"][1]["eval_return"])
+  assert glob.glob(str(tmp_path / "checkpoints" / "*"))
+  again = builder.build(_config("test_0_21", total_env_steps=8 * 16 * 2 * 4))
+  assert len(again.train(workdir=str(tmp_path), stream=None)["records"]) == 4  # resumed
 
 
 def test_a_runtime_written_before_train_still_trains_and_checkpoints(tmp_path):
