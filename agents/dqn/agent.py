@@ -9,6 +9,11 @@ shares with R2D2 (podracer/kits/q_learning.py). Each trajectory repeats the loss
 entries of the previous one (`trajectory_overlap`), so one environment's [T + n] stretch
 of it is one replay item: T transitions, each completed by the n steps after it (the
 n-step view of a trajectory, made by the loss). A sample of B items is B * T transitions.
+
+C51 (Bellemare et al. 2017) is this agent with the `categorical_q_learning` loss and the
+`categorical_q_network` network (logits [B, A, K]): the loss says what the network
+gives (`output_shape`), its Q-values (`q_values`, the distributions' means) and how
+illegal actions are masked (`legal`); config `c51_cartpole_anakin`.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import jax.numpy as jnp
 import optax
 
 from podracer import registry
-from podracer.agent import legal
 from podracer.components.losses import QLearningLoss
 from podracer.learning import Objective
 from podracer.kits.q_learning import (QActorState, QLearningAgent, epsilon_greedy,
@@ -47,7 +51,7 @@ class DQN(QLearningAgent):
                epsilon_anneal_steps: int = 0,
                eval_epsilon: Annotated[float, Probability] = 0.0):
     super().__init__(spec, network, [Objective("dqn", self._loss, optimizer)], replay)
-    self.q_loss = loss
+    self.q_loss, self.tx_pair = loss, loss.tx_pair
     self.discount = discount
     self.target_update_period = target_update_period
     self.importance_sampling_exponent = importance_sampling_exponent
@@ -74,13 +78,13 @@ class DQN(QLearningAgent):
     return dict(q_values=self.network.apply(nets, observation))
 
   def act(self, nets, actor_state: QActorState, timestep: TimeStep, key):
-    q = self.network.apply(nets, timestep.observation)
+    q = self.q_loss.q_values(self.network.apply(nets, timestep.observation))
     action, actor_state = epsilon_greedy(q, actor_state, key, self.epsilon_anneal_steps,
                                          action_mask(timestep.observation))
     return ActorOutput(action, {}), actor_state
 
   def _loss(self, params, batch, key):
-    """The `q_learning` loss on a [B, S] batch of items, its Q-values from one pass of
+    """The `q_learning` loss (or C51's) on a [B, S] batch of items, its Q-values from one pass of
     the online and one of the target network over all S * B observations."""
     del key
     items, weights, target_params = batch
@@ -88,7 +92,7 @@ class DQN(QLearningAgent):
     steps, batch_size = timestep.step_type.shape
     flat = jax.tree.map(lambda x: x.reshape(steps * batch_size, *x.shape[2:]),
                         timestep.observation)
-    values = lambda p: legal(self.network.apply(p, flat), flat).reshape(
-        steps, batch_size, -1)
+    values = lambda p: self.q_loss.legal(self.network.apply(p, flat), flat).reshape(
+        steps, batch_size, *self.q_loss.output_shape(self.spec.action.num_values))
     return self.q_loss(values(params), values(target_params), timestep,
                        jnp.swapaxes(items.action, 0, 1), weights, self.discount)

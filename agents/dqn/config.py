@@ -59,6 +59,23 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   return presets.anakin(c, num_envs_per_device=10, rollout_length=1, updates_per_call=500)
 
 
+def c51_cartpole_anakin() -> config_dict.ConfigDict:
+  """C51 (Bellemare et al. 2017) on CartPole-v1 in JAX: `cartpole_anakin` (its
+  environments, replay, exploration, target copies, optimizer, network sizes and init)
+  with the `categorical_q_learning` loss (51 atoms on [0, 100], CartPole's discounted
+  returns at 0.99 lie within; double Q-learning's bootstrap action, one-step targets)
+  and the `categorical_q_network` network (logits [B, 2, 51]). Only the loss and the
+  network's head differ from DQN's, so the two compare at the same settings
+  (docs/agents.md, "C51")."""
+  c = cartpole_anakin()
+  c.loss = presets.section("categorical_q_learning", n_step=1, double=True, v_min=0.0,
+                           v_max=100.0, num_atoms=51)
+  c.network = presets.section("categorical_q_network", torso="mlp", hidden_sizes=(120, 84),
+                              activation="relu", num_atoms=51, channels_first=True,
+                              w_init="lecun_normal")
+  return c
+
+
 def minatar_anakin() -> config_dict.ConfigDict:
   """Double DQN on a MinAtar game in JAX (gymnax; the default lane), the MinAtar paper's
   DQN (Young & Tian 2019) on Anakin: its torso (a 3x3 conv of 16 channels, a dense 128)
@@ -143,6 +160,7 @@ def atari_sebulba() -> config_dict.ConfigDict:
 
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
+           "c51_cartpole_anakin": c51_cartpole_anakin,
            "atari_sebulba": atari_sebulba, "minatar_anakin": minatar_anakin}
 
 

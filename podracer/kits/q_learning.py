@@ -198,27 +198,18 @@ def warn_once(message: Optional[str]) -> None:
     sys.stderr.write(message + "\n")
 
 
-class QLearningAgent(Agent):
-  """An agent that acts epsilon-greedily on Q-values and learns them from a replay with
-  the `q_learning` loss and a target network (DQN, R2D2). A subclass sets `q_loss` (a
-  `QLearningLoss`), `discount`, `target_update_period`, `importance_sampling_exponent`,
-  `priority_eta` and `epsilon_anneal_steps`, and defines its network's Q-values (`act`,
-  the objective's loss); a replay item is one environment's [T+K] stretch of a
-  trajectory with `item_actor_state` (nothing by default; R2D2: the LSTM state)."""
+class SequenceReplayAgent(Agent):
+  """An agent that learns from a prioritized replay of sequences against a target
+  network with `replay_q_update` (DQN, R2D2, D4PG). A subclass sets `discount`,
+  `target_update_period`, `importance_sampling_exponent`, `priority_eta` and
+  `trajectory_overlap`; its objectives' losses return the `q_learning` loss's outputs.
+  A replay item is one environment's [T+K] stretch of a trajectory with
+  `item_actor_state` (nothing by default; R2D2: the LSTM state)."""
 
-  q_loss: Any
-  epsilon_anneal_steps: int = 0
-  action_masks = True  # Acting, argmax and targets over `legal` Q-values only.
+  tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR  # How the diagnostics read values back.
 
   def init_opt(self, nets):
     return with_target(super().init_opt(nets), nets)
-
-  def expected_outputs(self, batch_size):
-    return dict(q_values=((batch_size, self.spec.action.num_values), np.floating))
-
-  def actor_metrics(self, actor_state: QActorState):
-    """The exploration rate the actors act with now, averaged over their environments."""
-    return epsilon_mean(actor_state, self.epsilon_anneal_steps)
 
   def item_actor_state(self, trajectory: Trajectory) -> PyTree:
     """What an item keeps of the actors' state at its first step ([B, ...] leaves)."""
@@ -240,4 +231,25 @@ class QLearningAgent(Agent):
                            importance_sampling_exponent=self.importance_sampling_exponent,
                            priority_eta=self.priority_eta,
                            target_update_period=self.target_update_period,
-                           tx_pair=self.q_loss.tx_pair, overlap=self.trajectory_overlap)
+                           tx_pair=self.tx_pair, overlap=self.trajectory_overlap)
+
+
+class QLearningAgent(SequenceReplayAgent):
+  """An agent that acts epsilon-greedily on Q-values and learns them from a replay with
+  the `q_learning` loss (or C51's `categorical_q_learning`) and a target network (DQN,
+  R2D2). A subclass sets `q_loss`, `discount`, `target_update_period`,
+  `importance_sampling_exponent`, `priority_eta` and `epsilon_anneal_steps`, and defines
+  its network's Q-values (`act`, the objective's loss) and sets `tx_pair` to its loss's."""
+
+  q_loss: Any
+  epsilon_anneal_steps: int = 0
+  action_masks = True  # Acting, argmax and targets over `legal` Q-values only.
+
+  def expected_outputs(self, batch_size):
+    """Q-values [B, A], or what the loss reads instead (C51's logits [B, A, K])."""
+    shape = self.q_loss.output_shape(self.spec.action.num_values)
+    return dict(q_values=((batch_size, *shape), np.floating))
+
+  def actor_metrics(self, actor_state: QActorState):
+    """The exploration rate the actors act with now, averaged over their environments."""
+    return epsilon_mean(actor_state, self.epsilon_anneal_steps)

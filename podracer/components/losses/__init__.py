@@ -6,6 +6,12 @@ from podracer.components.losses.actor_critic import (PolicyGradientBatch, Policy
                                                      categorical_log_prob,
                                                      generalized_advantages, normalize,
                                                      policy_gradient_batch, transition_mask)
+from podracer.components.losses.categorical import (CategoricalQLearningLoss,
+                                                    CategoricalTDLoss,
+                                                    categorical_projection,
+                                                    categorical_support, cross_entropy,
+                                                    mean_value,
+                                                    n_step_categorical_targets)
 from podracer.components.losses.dpo import DPOLoss, dpo_drift
 from podracer.components.losses.learned_policy import (DRIFT_FORMS, LearnedPolicyLoss,
                                                        first_order_drift, learned_drift,
@@ -21,7 +27,9 @@ from podracer.components.losses.sac import (soft_policy_loss, soft_q_target,
 from podracer.components.losses.vtrace import VTraceBatch, VTraceLoss, vtrace_batch
 
 __all__ = ["PolicyGradientBatch", "PolicyLoss", "PPOLoss", "as_policy", "learned_action", "categorical_entropy", "categorical_log_prob",
-           "clipped_surrogate", "DPOLoss", "dpo_drift",
+           "clipped_surrogate", "CategoricalQLearningLoss", "CategoricalTDLoss",
+           "categorical_projection", "categorical_support", "cross_entropy", "mean_value",
+           "n_step_categorical_targets", "DPOLoss", "dpo_drift",
            "generalized_advantages", "normalize", "policy_gradient_batch", "transition_mask",
            "DRIFT_FORMS", "LearnedPolicyLoss", "first_order_drift", "learned_drift",
            "load_drift", "zero_drift",

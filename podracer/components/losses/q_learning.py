@@ -22,7 +22,7 @@ import rlax
 
 from podracer import registry
 from podracer.registry.ranges import NonNegative
-from podracer.types import StepType, TimeStep
+from podracer.types import ILLEGAL, StepType, TimeStep, action_mask
 
 
 def _padded(x: jax.Array, n: int, value) -> jax.Array:
@@ -166,6 +166,19 @@ class QLearningLoss:
     self.huber_delta = huber_delta
     self.tx_pair = (rlax.IDENTITY_PAIR if value_rescaling_eps is None
                     else value_rescaling(value_rescaling_eps))
+
+  def output_shape(self, num_actions: int) -> Tuple[int, ...]:
+    """What the network gives per observation: Q-values [A]."""
+    return (num_actions,)
+
+  def q_values(self, q: jax.Array) -> jax.Array:
+    """The network's output is its Q-values."""
+    return q
+
+  def legal(self, q: jax.Array, observation) -> jax.Array:
+    """Q-values with each illegal action's at `ILLEGAL` (`podracer.agent.legal`)."""
+    mask = action_mask(observation)
+    return q if mask is None else jnp.where(mask, q, jnp.asarray(ILLEGAL, q.dtype))
 
   def __call__(self, q: jax.Array, target_q: jax.Array, timestep: TimeStep,
                action: jax.Array, weights: jax.Array, discount: float

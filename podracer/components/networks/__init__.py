@@ -5,7 +5,8 @@ This package's face: each module is one family. actor_critic.py (PPO's and IMPAL
 policy-and-value networks, recurrent too; `gaussian_actor_critic`, continuous PPO's),
 q_networks.py (`q_network` is DQN's, `recurrent_q` R2D2's), continuous.py
 (`gaussian_policy` and `twin_q`, SAC's actor and critic; `deterministic_policy`, TD3's),
-muzero.py (`muzero_mlp`, `muzero_resnet`: MuZero's model); torsos.py, heads.py, cores.py
+muzero.py (`muzero_mlp`, `muzero_resnet`: MuZero's model), distributional.py
+(`categorical_q_network`, C51's; `categorical_critic`, D4PG's); torsos.py, heads.py, cores.py
 and conv.py are the parts they are made of; initializers.py has `Orthogonal`, haiku's,
 safe to vmap on a CPU (a network of your own that vmaps its init over runs should use it).
 """
@@ -23,6 +24,9 @@ from podracer.components.networks.continuous import (DeterministicPolicyNetwork,
                                                      deterministic_policy,
                                                      squashed_gaussian_sample, twin_q)
 from podracer.components.networks.cores import LSTMCore
+from podracer.components.networks.distributional import (CategoricalHead,
+                                                         categorical_critic,
+                                                         categorical_q_network)
 from podracer.components.networks.initializers import Orthogonal, unbatched_qr
 from podracer.components.networks.heads import DuelingHead, PolicyValueHead, PolicyValueOutput
 from podracer.components.networks.muzero import MuZeroNetwork, muzero_mlp, muzero_resnet
@@ -32,6 +36,7 @@ from podracer.components.networks.torsos import (ACTIVATIONS, ATARI_TORSOS, MLP,
                                                  num_discrete_actions, preprocess_image)
 
 __all__ = [
+    "CategoricalHead", "categorical_critic", "categorical_q_network",
     "Orthogonal", "unbatched_qr", "ACTIVATIONS", "ATARI_TORSOS", "DeterministicPolicyNetwork", "DuelingHead",
     "GaussianOutput", "GaussianPolicyNetwork", "deterministic_policy",
     "gaussian_actor_critic",
