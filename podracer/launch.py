@@ -41,7 +41,7 @@ from podracer import deprecation, distributed
 from podracer.config import files as config_files, runs as runs_lib, validation
 from podracer.registry import imports
 from podracer.logs import disk
-from podracer.lifecycle import preemption
+from podracer.lifecycle import compile_cache, preemption
 from podracer.errors import (ConfigError, DiskError, EnvironmentStepError,
                              EnvironmentWorkerError, NonFiniteError, ThreadFailure)
 from podracer.logs.metrics import METRICS_FILE
@@ -106,6 +106,7 @@ def launch(config, workdir=None, stream=sys.stdout, fresh=False):
   """One launch of `config`: holds `workdir`, builds the experiment and trains it;
   returns the run's summary. Raises ConfigError."""
   validation.check_config(config)
+  compile_cache.use(config.get(compile_cache.KEY))  # Before anything is compiled.
   if distributed.process_count() > 1:  # One run: the same config and podracer on each.
     from podracer import __version__  # pylint: disable=import-outside-toplevel
     distributed.check_same_run(config.to_json_best_effort(sort_keys=True), __version__)

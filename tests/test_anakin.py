@@ -31,7 +31,7 @@ def run_records(config):
   experiment = builder.build(config)
   logger = MetricsLogger(stream=None)
   state = experiment.runtime.train(logger)
-  drop = ("sps", "wall_time", "includes_compilation")
+  drop = ("sps", "wall_time", "includes_compilation", "compile_s")
   return [{k: v for k, v in r.items() if k not in drop} for r in logger.records], state
 
 

@@ -23,7 +23,8 @@ from tests.test_anakin import run_records
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Times and rates differ between runs; the process count is what differs on purpose
 # (the in-process run below records no process or device count).
-NOT_COMPARED = ("sps", "wall_time", "includes_compilation", "num_processes", "num_devices")
+NOT_COMPARED = ("sps", "wall_time", "includes_compilation", "compile_s", "num_processes",
+                "num_devices")
 # Learner metrics are means over the 8 replicas; gloo sums them across processes in
 # another order than XLA does within one, so they agree to float32 rounding only.
 LEARNER_KEYS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl",

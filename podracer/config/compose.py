@@ -51,6 +51,7 @@ RUN_KEYS = {
     "population": "podracer/runtimes/population.py",
     "schedule_from": "podracer/runtimes/population.py",
     "imports": "podracer/registry/imports.py",
+    "compile_cache": "podracer/lifecycle/compile_cache.py",
 }
 
 # Sections every run builds, and the registry each names a component of.

@@ -59,6 +59,9 @@ def experiment(total_env_steps: int, seed: int = 0) -> config_dict.ConfigDict:
       explore="perturb", perturb_factors=(0.8, 1.25), bounds=config_dict.ConfigDict()))
   # A PBT member's schedule of those values replayed as plain runs: RUN_DIR[:MEMBER].
   c.schedule_from = config_dict.placeholder(str)
+  # JAX's compilation cache folder (podracer/lifecycle/compile_cache.py): None, the
+  # per-user one (~/.cache/podracer/xla); a path; "" turns it off.
+  c.compile_cache = config_dict.placeholder(str)
   return c
 
 

@@ -83,7 +83,8 @@ def previous_records(workdir: str) -> int:
 
 # What may change between a run and its resumption.
 RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics",  # Budget; display;
-                     "eval_video")                                 # what is watched.
+                     "eval_video",                                 # what is watched;
+                     "compile_cache")                              # where programs wait.
 # Keys a later version added to every config, at the value that behaves as before: a
 # workdir whose config.json lacks one resumes (0.11.0: population-based training).
 ADDED_KEYS = {"population.kind": "none", "population.interval": None,

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
 
 from podracer.errors import DiskError
-from podracer.logs import base, disk, runs as runs_lib
+from podracer.logs import base, compile_time, disk, runs as runs_lib
 from podracer.logs.default import DEFAULT_LOGGERS, PROGRESS_METRICS, default_loggers
 # The meters and the plot, importable from here as before 0.17.0 (docs/api.md).
 from podracer.logs.meters import (  # noqa: F401
@@ -72,6 +72,8 @@ class MetricsLogger:
     self.target_reached = False
     self.records: List[Dict[str, Any]] = []
     self._start = time.perf_counter()
+    # XLA's compile seconds since this logger started (podracer/logs/compile_time.py).
+    self._compile_start, self._hits_start = compile_time.seconds(), compile_time.cache_hits()
     self._last_print = -math.inf
     # Names a config chose that the first learner record lacks are said once.
     self._default_progress = tuple(progress_metrics) == PROGRESS_METRICS
@@ -85,6 +87,7 @@ class MetricsLogger:
       if resume_records is not None:  # Continues a checkpointed run: see checkpoint.py.
         self.records = _truncate(path, resume_records)
         self._start -= self.records[-1]["wall_time"] if self.records else 0.0
+        self._compile_start -= self.records[0].get("compile_s", 0.0) if self.records else 0.0
       resumed = self.records if resume_records is not None else None
       make = loggers or (lambda kept: default_loggers(workdir, runs and runs.num_runs,
                                                            kept))
@@ -122,8 +125,9 @@ class MetricsLogger:
         # Items sampled for learning per env step, over the record's window.
         record["replay_ratio"] = record["replay_samples_per_s"] / record["sps"]
     record["wall_time"] = time.perf_counter() - self._start
-    if compile_step:
+    if compile_step:  # With the seconds of its wall_time XLA spent compiling.
       record["includes_compilation"] = True
+      record["compile_s"] = compile_time.seconds() - self._compile_start
     self.records.append(record)
     self._write_files(record)
     return record
@@ -234,13 +238,20 @@ class MetricsLogger:
 
   def summary(self) -> Dict[str, Any]:
     """Final env steps, best and last mean episode return, median steps/s; with many
-    runs, each run's and the best run's (`runs_summary`)."""
-    out: Dict[str, Any] = {}
+    runs, each run's and the best run's (`runs_summary`); the seconds of the wall time
+    spent compiling (`compile_s`) and the programs the compilation cache gave back."""
     if not self.records:
-      return out
+      return {}
+    compiled = dict(compile_s=round(compile_time.seconds() - self._compile_start, 2),
+                    compile_cache_hits=compile_time.cache_hits() - self._hits_start)
     if self.runs:
-      return runs_lib.summary(self.records, self.runs,
-                              self.stop_at_return if self.target_reached else None)
+      return {**runs_lib.summary(self.records, self.runs,
+                                 self.stop_at_return if self.target_reached else None),
+              **compiled}
+    return {**self._summary(), **compiled}
+
+  def _summary(self) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
     out["env_steps"] = self.records[-1]["env_steps"]
     returns = [r["episode_return"] for r in self.records if "episode_return" in r]
     if returns:
