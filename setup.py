@@ -86,7 +86,7 @@ EXTRAS_REQUIRE = {
     # physics). The default lane installs them; gymnax 1.x needs jax >= 0.6 and Brax 0.14
     # current JAX, so the reverb lane has neither.
     "jax-envs": ["gymnax>=1.0.1", "brax>=0.14.2", "playground>=0.2.0"],
-    # Meta-learning a policy objective (podracer/meta.py): evosax's evolution strategies.
+    # Meta-learning a policy objective (podracer/meta/): evosax's evolution strategies.
     # evosax 0.2 needs jax >= 0.5: the default lane installs it, the reverb lane cannot.
     "meta": ["evosax>=0.2.0"],
     # The JAX suites researchers report on (podracer/components/environments/; docs/

@@ -24,7 +24,8 @@ from podracer.launch import register_components_and_agents
 from tests.learning import ROOT, iqm, last_fifth_means, launch_runs
 
 # 4 members x 2 calls of 8,192 env steps (4 environments x 128 steps x 16 updates).
-SMALL = dict(population="4", inner_env_steps="16384", sigma="0.5", hidden="4")
+SMALL = dict(population="4", inner_env_steps="16384", sigma="0.5", hidden="4",
+             member_seeds="1")
 
 
 def _train(workdir, generations, **meta_args):
@@ -119,7 +120,7 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(dict(
       json.loads(ppo_config.cartpole_anakin().to_json_best_effort()),
       meta=dict(meta.MetaConfig(population=4).__dict__))))
-  write = meta._write_config  # pylint: disable=protected-access
+  write = meta.write_config
   with pytest.raises(ConfigError, match=r"meta\.sigma"):
     write(str(tmp_path), ppo_config.cartpole_anakin(), meta.MetaConfig(population=4, sigma=0.3))
   # More generations: a resume that goes on.
