@@ -51,7 +51,8 @@ class EnvironmentFactory:
   `kind` is the registered environment's declared kind ('jax' or 'host'), or None for a
   factory function that does not declare one, so a runtime can refuse an environment it
   cannot run before building it with arguments it does not take; `supports_async`,
-  whether its environments step between `send` and `recv` (host.py).
+  whether its environments step between `send` and `recv`
+  (components/environments/host.py).
   """
 
   def __init__(self, section: Any):

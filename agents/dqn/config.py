@@ -38,11 +38,9 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   updates (500 env steps); epsilon from 1 to 0.05 over each environment's first 25,000
   steps (250K env steps); Adam 2.5e-4 unclipped; a 120-84 relu network initialized as
   flax initializes PureJaxRL's (`w_init="lecun_normal"`: under podracer's orthogonal
-  default 4 of 16 seeds fell back below 400, and PureJaxRL's own DQN given that init 2
-  of 16; docs/agents.md, "DQN against PureJaxRL's"). 0.7.0's config
-  (16 x 4 steps per update, 2 learned per env step, 3-step targets, prioritized, a
-  target copy every 12,800 env steps) held an IQM of 349.8 over seeds 0-4: docs/agents.md
-  ("DQN against PureJaxRL's") says which difference lost what.
+  default more seeds fell back). 0.7.0's config (16 x 4 steps per update, 2 learned per
+  env step, 3-step targets, prioritized, a target copy every 12,800 env steps) held less:
+  docs/results/dqn.md measures each difference and says which lost what.
   """
   c = _base(total_env_steps=500_000)
   c.env = presets.section("cartpole")
@@ -110,10 +108,8 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   one-step targets, epsilon from 1 to 0.05 over each environment's first 12,500 steps
   (250K env steps over 2 actor threads x 10), Adam 2.5e-4, a 120-84 network initialized
   as flax does. Each actor batch of 40 env steps is 4 updates (the device replay's
-  `updates_per_batch`; the host and Reverb replays' rate limiter gives the same). Seeds
-  0-2 held 500.0, 468.8, 450.5 (host) and 500.0, 495.2, 500.0 (device) over the last 20 %
-  of 500K on 2026-11-29 (docs/agents.md, "Under Sebulba"; with the orthogonal init 464.5,
-  499.5, 486.1 and 498.8, 471.5, 490.3: draws, the actors' threads decide)."""
+  `updates_per_batch`; the host and Reverb replays' rate limiter gives the same). What
+  it held with each replay and init: docs/results/dqn.md ("Under Sebulba")."""
   c = _base(total_env_steps=500_000)
   c.env = presets.section("cartpole")
   c.agent.update(dict(target_update_period=50, epsilon_anneal_steps=12_500,

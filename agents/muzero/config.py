@@ -46,14 +46,12 @@ def cartpole_anakin() -> config_dict.ConfigDict:
 
   The search is `muzero` (visit counts as the policy target): CartPole's two actions differ
   by little in value, and Gumbel MuZero's min-max rescaled Q-values made near one-hot
-  targets of that noise (target entropy 0.02, policy loss 0.9); seed 0 then held a mean
-  of 210 over the last 20% (best 375) against 428 (best 466) with visit counts.
+  targets of that noise, which learned less than visit counts.
 
   8 gradient steps of 256 per update of 16 x 32 env steps (4 samples per env step, as
-  `cartpole_sebulba`): seeds 0 and 1 (the tests' flags) reach 500 and hold 471 and 427
-  over the last 20 % of 500K (docs/muzero.md). With 32 environments (2 samples per env
-  step) the last fifth held 147-465 over 7 runs of seeds 0-3. Bootstrapping from a target
-  network or 10-step targets did worse; the learning rate anneals to 0 over the run."""
+  `cartpole_sebulba`); 32 environments (2 samples per env step), bootstrapping from a
+  target network or 10-step targets did worse; the learning rate anneals to 0 over the
+  run. The figures: docs/results/learning.md ("From the configs' docstrings")."""
   c = _base(total_env_steps=500_000, support=20.0, num_bins=81)
   c.env = presets.section("cartpole")
   c.agent.update(dict(search="muzero", discount=0.997, num_simulations=16,
@@ -76,9 +74,8 @@ def connect_four_anakin() -> config_dict.ConfigDict:
   `eval_return` and `eval_win_rate`. Values lie in [-1, 1]: 21 bins over [-1, 1],
   discount 1 (a game's result), 10-step targets from the search's values; Gumbel MuZero
   with 16 simulations over all 7 moves; 16 gradient steps of 128 per 512 env steps, the
-  learning rate annealed to 0. Held 0.95 and 0.94 wins against random over the last
-  20 % of 1M steps in seeds 0 and 1 (docs/agents.md). `env.env_id=tic_tac_toe` plays
-  tic-tac-toe."""
+  learning rate annealed to 0. Its wins against random: docs/results/learning.md
+  ("From the configs' docstrings"). `env.env_id=tic_tac_toe` plays tic-tac-toe."""
   c = _base(total_env_steps=1_000_000, support=1.0, num_bins=21)
   c.env = presets.section("pgx", env_id="connect_four", opponent="self",
                           eval_opponent="random", opponent_simulations=64, opening_moves=12)
@@ -122,10 +119,9 @@ def pixel_catch_anakin() -> config_dict.ConfigDict:
   """MuZero's Atari model and optimizer (`_atari_network`) on Catch seen as uint8 frame
   stacks [4, 20, 10]: the CPU's pixel learning test.
 
-  8 gradient steps of 64 per 256 env steps (2 samples per env step): seed 0 passes 0.5
-  at 80K env steps and holds 0.95 over the last 20% of 150K (2026-11-27, 151 s). With
-  64 environments x 8 steps and 4 gradient steps (0.5 samples per env step) it never
-  passed -0.21."""
+  8 gradient steps of 64 per 256 env steps (2 samples per env step); 0.5 samples per env
+  step (64 environments x 8 steps, 4 gradient steps) did not learn. The figures:
+  docs/results/learning.md ("From the configs' docstrings")."""
   c = _base(total_env_steps=150_000, support=1.0, num_bins=21)
   c.env = presets.pixel_catch()
   c.agent.update(dict(num_simulations=8, max_num_considered_actions=3, sgd_steps=8))
@@ -145,9 +141,8 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   thread acts with the parameters of the last update (`max_policy_lag=0`: acting and
   learning take turns, so a second thread would only wait), which makes the run the same
   for a seed under the same XLA flags. Discount 0.99 (values up to about 100), not
-  `cartpole_anakin`'s 0.997: under the test suite's 8 CPU devices seeds 0, 1, 2 reach
-  400 at 132K, 60K, 106K env steps; with 0.997 seed 0 reached only 166 in 500K
-  (docs/muzero.md)."""
+  `cartpole_anakin`'s 0.997, which learned far less here (docs/results/learning.md,
+  "From the configs' docstrings")."""
   c = cartpole_anakin()
   c.agent.update(dict(sgd_steps=1, discount=0.99))
   c.replay.batch_size = 256

@@ -34,8 +34,8 @@ def catch_anakin() -> config_dict.ConfigDict:
   c.agent.epsilon_base = 0.1
   # 32 envs: Ape-X's epsilons leave most of them nearly greedy, so the mean return
   # reflects what the agent learned. Each update inserts 32 sequences and samples 256:
-  # with 128 (4 per insert) seeds 2 and 3 learned late and 5 seeds held an IQM of 0.83
-  # (0.59 and 0.58); a target copy every 10, 25 or 400 updates held less (docs/agents.md).
+  # 128 (4 per insert) learned late, and a target copy every 10, 25 or 400 updates held
+  # less (docs/results/learning.md, "From the configs' docstrings").
   c.replay = presets.replay("device", batch_size=256, max_size=8_000, min_size=512,
                             samples_per_insert=8.0)
   return presets.anakin(c, num_envs_per_device=32, rollout_length=8, updates_per_call=16)
@@ -60,18 +60,15 @@ def cartpole_sebulba() -> config_dict.ConfigDict:
   c.agent.update(dict(epsilon_base=0.01, epsilon_anneal_steps=2000))
   # One update of 64 sequences per trajectory of 12 (2 threads x 12 environments x 10
   # steps per turn): the device replay's ratio (`updates_per_batch=1`), and the host
-  # replays' (samples per insert 64 / 12). With 4 (0.75 updates per trajectory) seeds
-  # 0-4 of the host replay held 278, 500, 382, 500, 475 (one CPU device).
+  # replays' (samples per insert 64 / 12); 4 (0.75 updates per trajectory) held less.
   # A replay of 20,000 sequences (200K env steps, 40 % of the run): with 5,000 (50K env
   # steps) it held little but the last, mostly long episodes, and runs that had reached
-  # 500 slid back (device replay, seed 1: 487 at 47K, then down to 125-200 with mean
-  # max-Q falling from 60 to 45: a forgetting of failure states, we think; last 20 %: 162).
-  # With 20,000 the same seed holds 437 and the device replay's seeds 0-4 all hold 400.
+  # 500 slid back (a forgetting of failure states, we think). The figures:
+  # docs/results/learning.md ("From the configs' docstrings").
   c.replay = presets.replay("reverb", batch_size=64, max_size=20_000, min_size=256,
                             samples_per_insert=64 / 12)
-  # Initialized as flax initializes (DQN's finding, docs/agents.md): with the orthogonal
-  # init seed 0 on the host replay reached 500 and fell back to 356 on an AMD EPYC; with
-  # this, seeds 0-2 held 500.0, 489.8, 500.0 (host) and 490.1, 498.9, 499.7 (device).
+  # Initialized as flax initializes (DQN's finding, docs/results/dqn.md): with the
+  # orthogonal init a run fell back after reaching 500 (docs/results/learning.md).
   c.network.w_init = "lecun_normal"
   # Acting and learning take turns (each trajectory is acted with the parameters of the
   # updates before it): with the device or the host replay the run is the same every time.

@@ -31,8 +31,8 @@ def _base(total_env_steps: int, hidden: int) -> config_dict.ConfigDict:
 def pendulum_anakin() -> config_dict.ConfigDict:
   """TD3 on Pendulum in JAX, compiled end to end: CleanRL's pace (one environment, one
   update per env step, 100K steps) and 64-unit networks. At SAC's pace (8 environments,
-  one update per 8 env steps: `--config.runtime.num_envs_per_device=8`) one seed in five
-  ended at -320 (2026-12-02)."""
+  one update per 8 env steps: `--config.runtime.num_envs_per_device=8`) it learned less
+  (docs/results/continuous.md)."""
   c = _base(total_env_steps=100_000, hidden=64)
   c.env = presets.section("pendulum", max_episode_steps=200)
   return presets.anakin(c, num_envs_per_device=1, rollout_length=1, updates_per_call=250)

@@ -262,7 +262,7 @@ class MetricsLogger:
     if sps:
       out["median_sps"] = sps[len(sps) // 2]
     out["wall_time"] = self.records[-1]["wall_time"]
-    if "params_checksum" in self.records[-1]:  # Several processes: see sebulba/learner.py.
+    if "params_checksum" in self.records[-1]:  # Several processes: host/learner.py.
       out["params_checksum"] = self.records[-1]["params_checksum"]
     if self.target_reached:
       out["stopped_at_return"] = self.stop_at_return
