@@ -284,7 +284,8 @@ def test_every_registry_kind_reads_as_a_word_in_messages():
              "optimizer": "optimizers", "replay": "replays",
              "device topology": "device topologies", "agent": "agents",
              "runtime": "runtimes", "logger": "loggers",
-             "distribution": "distributions", "normalizer": "normalizers"}
+             "distribution": "distributions", "normalizer": "normalizers",
+             "sharding": "shardings"}
   assert {reg.kind for reg in registry.ALL.values()} == set(plurals)
   for reg in registry.ALL.values():
     with pytest.raises(ConfigError) as error:

@@ -1,7 +1,8 @@
 """Podracer's built-in components; importing this package registers them all."""
 
 from podracer.components import (distributions, environments, loggers, losses, networks,
-                                 normalizers, optimizers, replay, topologies)
+                                 normalizers, optimizers, replay, shardings,
+                                 topologies)
 
 __all__ = ["distributions", "environments", "loggers", "losses", "networks", "normalizers",
-           "optimizers", "replay", "topologies"]
+           "optimizers", "replay", "shardings", "topologies"]

@@ -26,6 +26,7 @@ runtimes = Registry("runtime")
 loggers = Registry("logger")
 distributions = Registry("distribution")
 normalizers = Registry("normalizer")
+shardings = Registry("sharding")
 
 ALL = {
     "environments": environments,
@@ -39,6 +40,7 @@ ALL = {
     "loggers": loggers,
     "distributions": distributions,
     "normalizers": normalizers,
+    "shardings": shardings,
 }
 
 __all__ = ["Registry", "UnknownComponentError", "DuplicateComponentError", "build",
