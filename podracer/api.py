@@ -86,7 +86,7 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.testing": ("fake_spec", "fake_observations", "FakeEnvironment",
                          "FakeHostEnvironment", "rollout", "fake_trajectory",
                          "check_network", "one_update", "traced_update", "fake_records",
-                      "log_records"),
+                      "log_records", "check_dm_env"),
     "podracer.testing_fixtures": ("force_host_devices", "registered", "devices",
                                   "fake_spec", "fake_env"),
     "podracer.contracts": ("actor_critic_outputs", "check_environment", "check_network",

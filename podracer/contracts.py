@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from podracer.errors import ConfigError, deepest_frame
-from podracer.types import DiscreteSpec, PyTree, TimeStep
+from podracer.types import ArraySpec, DiscreteSpec, PyTree, TimeStep
 
 # Observations the network check feeds: a batch size no spec is likely to share, so that
 # a message's shapes show which axis is the batch.
@@ -33,6 +33,7 @@ def check_environment(env: Any, component: Optional[str] = None) -> None:
   shapes and dtypes. Raises ConfigError naming the field that differs."""
   name = component or f"environment {type(env).__name__}"
   spec = env.spec()
+  check_bounds(spec, name)
   state, first = _trace(name, env, "reset", jax.random.PRNGKey(0))
   action = jax.ShapeDtypeStruct(tuple(spec.action.shape), spec.action.dtype)
   _, stepped = _trace(name, env, "step", state, action)
@@ -84,8 +85,36 @@ def _user_line(error: BaseException, cls: type) -> str:
 def check_host_timestep(env: Any, timestep: TimeStep, component: Optional[str] = None) -> None:
   """Checks a host environment's first timestep ([num_envs, ...]) against its `spec()`."""
   name = component or f"environment {type(env).__name__}"
+  check_bounds(env.spec(), name)
   _compare(name, "reset", timestep, "the timestep convention",
            _timestep_spec(env.spec(), (env.num_envs,)))
+
+
+def check_bounds(spec: Any, component: str) -> None:
+  """A continuous action spec's bounds: of its shape, no NaN, each minimum below its
+  maximum (an infinite bound is unbounded on that side). ConfigError naming the
+  component and the bound otherwise."""
+  action = spec.action
+  if not isinstance(action, ArraySpec) or (action.minimum is None and action.maximum is None):
+    return
+  fix = ("give float bounds with minimum < maximum per dimension (ArraySpec(..., "
+         "minimum=..., maximum=...)), or minimum=None, maximum=None for unbounded actions")
+  found = {}
+  for side in ("minimum", "maximum"):
+    value = getattr(action, side)
+    if value is None:
+      continue
+    try:
+      found[side] = np.broadcast_to(np.asarray(value, np.float32), action.shape)
+    except ValueError:
+      raise ConfigError(f"{component}: its action spec's {side} {value!r} does not fit the "
+                        f"action's shape {list(action.shape)}; {fix}.") from None
+    if np.isnan(found[side]).any():
+      raise ConfigError(f"{component}: its action spec's {side} has a NaN ({value!r}): a "
+                        f"NaN bound bounds nothing; {fix}.")
+  if len(found) == 2 and not np.all(found["minimum"] < found["maximum"]):
+    raise ConfigError(f"{component}: its action spec's minimum {action.minimum!r} is not "
+                      f"below its maximum {action.maximum!r} everywhere; {fix}.")
 
 
 def check_network(agent: Any, component: str = "network") -> None:

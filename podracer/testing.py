@@ -183,8 +183,35 @@ def _random_actions(spec: EnvSpec, key: jax.Array, batch: Tuple[int, ...]) -> ja
   """Uniformly random actions of `spec`: int32 indices, or floats within the bounds."""
   if isinstance(spec.action, DiscreteSpec):
     return jax.random.randint(key, batch, 0, spec.action.num_values).astype(jnp.int32)
+  shape = (*batch, *spec.action.shape)
+  if spec.action.minimum is None or spec.action.maximum is None:  # Unbounded: N(0, 1).
+    return jax.random.normal(key, shape, jnp.float32)
   low, high = bound_arrays(spec.action)
-  return jax.random.uniform(key, (*batch, *spec.action.shape), jnp.float32, low, high)
+  return jax.random.uniform(key, shape, jnp.float32, low, high)
+
+
+def check_dm_env(make_env: Callable[[], Any]) -> int:
+  """Runs dm_env's own conformance tests (`dm_env.test_utils.EnvironmentTestMixin`) on
+  the environment `make_env()` builds: reset gives FIRST, step() on a fresh environment
+  or after LAST gives FIRST, every step conforms to the specs. Returns how many tests
+  ran; raises AssertionError naming each failure. For a dm_env environment of one's own
+  (`env.name=dm_env`); a test class may also inherit the mixin itself."""
+  import unittest  # pylint: disable=import-outside-toplevel
+  from dm_env import test_utils  # pylint: disable=import-outside-toplevel
+
+  class Conformance(test_utils.EnvironmentTestMixin, unittest.TestCase):
+    def make_object_under_test(self):
+      return make_env()
+
+  result = unittest.TestResult()
+  suite = unittest.defaultTestLoader.loadTestsFromTestCase(Conformance)
+  suite.run(result)
+  failed = [f"{test.id().rsplit('.', 1)[-1]}: {text.strip().splitlines()[-1]}"
+            for test, text in result.failures + result.errors]
+  if failed:
+    raise AssertionError(f"{len(failed)} of dm_env's {result.testsRun} conformance tests "
+                         "failed: " + "; ".join(failed))
+  return result.testsRun
 
 
 # -- networks and updates -------------------------------------------------------------------

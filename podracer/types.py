@@ -63,13 +63,23 @@ class ArraySpec:
   """An array's shape and dtype; continuous actions also carry their bounds.
 
   `minimum` and `maximum` are None (unbounded), a float for every element, or a tuple of
-  floats of `shape` (tuples, not arrays, so specs stay hashable and comparable).
+  floats of `shape` (tuples, not arrays, so specs stay hashable and comparable). Bounds
+  given any other way (numpy arrays of any float dtype, lists) are kept that way, as
+  float32 values: `ArraySpec((2,), np.float32, minimum=-np.ones(2), maximum=np.ones(2))`
+  has minimum -1.0 and maximum 1.0. An environment's spec is checked when it is built
+  (`podracer.check_environment`): a NaN bound, or a minimum not below its maximum, is
+  refused naming the environment; an infinite bound means unbounded on that side.
   """
   shape: Tuple[int, ...]
   dtype: Any
   name: str = ""
   minimum: Any = None
   maximum: Any = None
+
+  def __post_init__(self):
+    minimum, maximum = bounds(self.minimum, self.maximum)
+    object.__setattr__(self, "minimum", minimum)
+    object.__setattr__(self, "maximum", maximum)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,14 +161,14 @@ def observation_features(observation: PyTree) -> PyTree:
 
 def bounds(minimum, maximum) -> Tuple[Any, Any]:
   """Array bounds as ArraySpec keeps them: a float when every element shares it, else a
-  (nested) tuple of floats; None stays None (unbounded)."""
+  (nested) tuple of floats, float32 values either way; None stays None (unbounded)."""
   def as_tuple(x):
     return tuple(as_tuple(v) for v in x) if isinstance(x, list) else x
 
   def convert(x):
     if x is None:
       return None
-    x = np.asarray(x, np.float64)
+    x = np.asarray(x, np.float64).astype(np.float32)
     if x.size and np.all(x == x.flat[0]):
       return float(x.flat[0])
     return as_tuple(x.tolist())

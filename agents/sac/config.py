@@ -26,6 +26,8 @@ def _base(total_env_steps: int) -> config_dict.ConfigDict:
   # Uniform transition replay holding the whole run; the runtime sets the pace (one
   # update per 8 env steps).
   c.replay = presets.transition_replay(max_size=100_000, min_size=1_000)
+  # What its records have (the default names PPO's losses).
+  c.log.progress_metrics = ("critic_loss", "actor_loss", "alpha", "actor_entropy")
   return c
 
 

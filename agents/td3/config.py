@@ -25,6 +25,8 @@ def _base(total_env_steps: int, hidden: int) -> config_dict.ConfigDict:
   c.actor_optimizer = presets.plain_adam(3e-4)
   c.critic_optimizer = presets.plain_adam(3e-4)
   c.replay = presets.transition_replay(max_size=total_env_steps, min_size=1_000)
+  # What its records have (the default names PPO's losses).
+  c.log.progress_metrics = ("critic_loss", "actor_loss", "critic_q_mean")
   return c
 
 

@@ -239,7 +239,8 @@ def unknown_key_message(config: Any, path: str) -> Optional[str]:
   else:
     return None
   if depth == 0:
-    return f"the config has no key `{parts[0]}`; {sections_message(config)}"
+    return f"the config has no key `{parts[0]}`;{_close_key(config, parts[0])} " \
+           f"{sections_message(config)}"
   head = parts[0]
   reg = section_registry(head)
   if depth == 1 and reg is not None and "name" in config[head]:
@@ -251,6 +252,17 @@ def unknown_key_message(config: Any, path: str) -> Optional[str]:
             f"It accepts: {', '.join(accepted) or 'nothing'}. --config.{head}=NAME "
             f"swaps in another {reg.kind} with its own defaults.")
   return f"the config has no key `{'.'.join(parts[:depth + 1])}`."
+
+
+def _close_key(config: Any, key: str) -> str:
+  """' did you mean `observation_normalizer`?' for a misspelt top-level key (British
+  spelling included); '' when no key is close."""
+  try:
+    known = list(dict.fromkeys([*config.keys(), *used_sections(config), *RUN_KEYS]))
+  except (AttributeError, KeyError, ConfigError):
+    known = list(dict.fromkeys([*config.keys(), *RUN_KEYS]))
+  close = difflib.get_close_matches(key.replace("normalis", "normaliz"), known, n=1)
+  return f" did you mean `{close[0]}`?" if close else ""
 
 
 def catalogue() -> str:

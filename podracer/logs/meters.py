@@ -70,9 +70,16 @@ def warming_up(record: Dict[str, Any], replay: Any) -> Dict[str, Any]:
   return {}
 
 
+# Levels, not rates: a record gives the last update's value (the replay's size at the
+# record), not the mean over the updates since the last one (half that while it fills).
+LAST_VALUE_METRICS = ("replay_size",)
+
+
 def learner_record(metrics: Dict[str, Any]) -> Dict[str, float]:
-  """A learner's metrics (scalars, or one per update) as record values: their means."""
-  return {k: float(np.mean(v)) for k, v in metrics.items()}
+  """A learner's metrics (scalars, or one per update) as record values: their means, the
+  last update's for LAST_VALUE_METRICS."""
+  return {k: float(np.asarray(v).reshape(-1)[-1] if k in LAST_VALUE_METRICS else np.mean(v))
+          for k, v in metrics.items()}
 
 
 class Window:

@@ -180,8 +180,8 @@ class MetricsLogger:
     if not (size and needed and steps and total):
       return  # Nothing inserted yet: the next warm-up record tells.
     self._warm_up_unchecked = False
-    # At most: Anakin's replay_size is a mean over its first call, about half its end.
-    projected = 2 * size * total / steps
+    # A replay fills at a fixed number of items an env step until it is full.
+    projected = size * total / steps
     if projected < needed and self.stream:
       self.stream.write(
           f"Warning: replay.min_size={needed:,} items will not be reached: the replay "

@@ -73,9 +73,9 @@ def _found_unregistered(kind: str, name: str) -> Optional[str]:
     for loaded, module in sorted(sys.modules.items()):
       if module is None or not (loaded == module_name or loaded.startswith(module_name + ".")):
         continue
-      found = vars(module).get(name)
-      if callable(found) and getattr(found, "__module__", None) == loaded:
-        return (f"Module '{loaded}' defines `{name}` but does not register it: decorate it "
+      found = _defined_as(module, loaded, name)
+      if found:
+        return (f"Module '{loaded}' defines {found} but does not register it: decorate it "
                 f"with `@registry.{_registry_attribute(kind)}.register(\"{name}\")` (or "
                 "call that on it) so that a config can name it.")
     package = getattr(sys.modules.get(module_name), "__path__", None)
@@ -90,6 +90,23 @@ def _found_unregistered(kind: str, name: str) -> Optional[str]:
                 f"the imported package '{module_name}' does not import it. Pass "
                 f"--import={sub}, or import it in {module_name}'s __init__.py.")
   return None
+
+
+def _folded(name: str) -> str:
+  """A name without case or underscores: `PMUnregistered` and `pm_unregistered` agree."""
+  return name.replace("_", "").lower()
+
+
+def _defined_as(module: Any, loaded: str, name: str) -> Optional[str]:
+  """How `module` defines what a config names `name` without registering it: a function
+  or class of that name, or a class whose CamelCase name is `name` in snake_case
+  (`PMUnregistered` for 'pm_unregistered'); None if it defines neither."""
+  own = {k: v for k, v in vars(module).items()
+         if callable(v) and getattr(v, "__module__", None) == loaded}
+  if name in own:
+    return f"`{name}`"
+  classes = [k for k, v in own.items() if isinstance(v, type) and _folded(k) == _folded(name)]
+  return f"class `{classes[0]}` (named '{name}' in the config)" if classes else None
 
 
 def _registering_file(folder: str, name: str) -> Optional[str]:

@@ -6,7 +6,8 @@ scale per action dimension (the network's policy output [..., 2 A]: mean, then s
   of variables' Jacobian, log pi(a) = log N(u) - sum_i log(h_i (1 - tanh(u_i)^2)), and the
   entropy, which has no closed form, is estimated from one sample (as Brax does).
 - `normal` (CleanRL's and PureJaxRL's continuous PPO): u ~ N(mean, exp(s)), acting
-  clip(u, minimum, maximum); log-probability and entropy are the Gaussian's own.
+  clip(u, minimum, maximum); log-probability and entropy are the Gaussian's own. The one
+  that takes actions without bounds (None or infinite): unclipped there.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from podracer import registry
 from podracer.components.distributions.base import ActionDistribution
 from podracer.errors import ConfigError
 from podracer.registry.ranges import Positive
-from podracer.types import ArraySpec, EnvSpec, bound_arrays
+from podracer.types import ArraySpec, EnvSpec
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -37,9 +38,11 @@ def tanh_log_det_jacobian(u: jax.Array) -> jax.Array:
   return 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
 
 
-def continuous_bounds(spec: EnvSpec, distribution: str) -> Tuple[np.ndarray, np.ndarray]:
+def continuous_bounds(spec: EnvSpec, distribution: str,
+                      unbounded: bool = False) -> Tuple[np.ndarray, np.ndarray]:
   """float32 (minimum, maximum) of the action's shape, or a ConfigError naming the
-  distribution: it needs continuous actions with finite bounds, minimum < maximum."""
+  distribution: it needs continuous actions with bounds, no NaN, minimum < maximum, all
+  finite unless `unbounded` (a missing bound is then -inf or +inf)."""
   action = spec.action
   if not isinstance(action, ArraySpec) or not np.issubdtype(np.dtype(action.dtype),
                                                              np.floating):
@@ -48,19 +51,27 @@ def continuous_bounds(spec: EnvSpec, distribution: str) -> Tuple[np.ndarray, np.
         f"the environment has {getattr(action, 'num_values', '?')} discrete actions: set "
         "`--config.distribution.name=categorical` (and a network of logits, e.g. "
         "`--config.network.name=mlp_actor_critic`).")
-  if action.minimum is None or action.maximum is None:
+  given = (-np.inf if action.minimum is None else action.minimum,
+           np.inf if action.maximum is None else action.maximum)
+  low, high = (np.broadcast_to(np.asarray(b, np.float32), action.shape) for b in given)
+  got = f"got minimum {action.minimum!r} and maximum {action.maximum!r}"
+  if np.isnan(low).any() or np.isnan(high).any():
     raise ConfigError(
-        f"Distribution '{distribution}' (`distribution.name`) acts within the action "
-        f"bounds, but the environment's action spec has none ({action!r}): give the "
-        "environment bounds, or use an unbounded distribution.")
-  low, high = bound_arrays(action)
-  if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
+        f"Distribution '{distribution}' (`distribution.name`): the environment's action "
+        f"bounds have a NaN ({got}); give numbers, or None for no bound.")
+  if not np.all(low < high):
     raise ConfigError(
-        f"Distribution '{distribution}' (`distribution.name`) needs finite action bounds "
-        f"with minimum < maximum, got minimum {action.minimum!r} and maximum "
-        f"{action.maximum!r}: a tanh-squashed normal maps onto the bounds, so infinite "
-        "ones have no such map; bound the environment's actions (a wrapper), or set "
-        "`--config.distribution.name=normal` with finite clip bounds.")
+        f"Distribution '{distribution}' (`distribution.name`): the environment's action "
+        f"minimum is not below its maximum everywhere ({got}); fix the environment's spec.")
+  if not unbounded and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+    what = ("has no bounds" if action.minimum is None and action.maximum is None else
+            f"has infinite or missing bounds ({got})")
+    raise ConfigError(
+        f"Distribution '{distribution}' (`distribution.name`) squashes its samples with "
+        f"tanh onto finite action bounds, but the environment's action spec {what}: set "
+        "`--config.distribution.name=normal` (a Gaussian clipped only where a bound is "
+        "finite), or give the environment finite bounds. SAC's and TD3's tanh policies "
+        "need finite bounds (docs/agents.md, \"Continuous actions\").")
   return low, high
 
 
@@ -70,8 +81,10 @@ class _Gaussian(ActionDistribution):
   kind = "continuous"
   transforms_samples = True
 
+  unbounded = False  # Whether it acts on actions with infinite or no bounds.
+
   def __init__(self, spec: EnvSpec):
-    self.minimum, self.maximum = continuous_bounds(spec, self.name)
+    self.minimum, self.maximum = continuous_bounds(spec, self.name, self.unbounded)
     self.shape = tuple(spec.action.shape)
     self.size = int(np.prod(self.shape))
 
@@ -138,9 +151,11 @@ class ClippedNormal(_Gaussian):
   """A diagonal normal whose scale parameter is its log standard deviation (CleanRL's
   and PureJaxRL's continuous PPO, there a learned vector: the network's
   `state_dependent_std=False`); the environment gets the sample clipped to the bounds,
-  the loss scores the unclipped sample."""
+  the loss scores the unclipped sample. Actions without bounds (None, or infinite on a
+  side) are not clipped there: the unbounded Gaussian."""
 
   name = "normal"
+  unbounded = True
 
   def sample(self, params, key):
     mean, log_std = self._split(params)

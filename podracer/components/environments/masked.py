@@ -99,6 +99,7 @@ class MaskedBanditDmEnv(dm_env.Environment):
     self._rng = np.random.default_rng(seed)
     self._mask = np.ones(num_actions, np.bool_)
     self._t = 0
+    self._needs_reset = True  # dm_env: step() on a fresh environment, or after LAST, resets.
 
   def _observation(self) -> Dict[str, np.ndarray]:
     self._mask = self._rng.random(self.num_actions) < self.legal_fraction
@@ -107,13 +108,16 @@ class MaskedBanditDmEnv(dm_env.Environment):
     return {"observation": noise, ACTION_MASK: self._mask.copy()}
 
   def reset(self) -> dm_env.TimeStep:
-    self._t = 0
+    self._t, self._needs_reset = 0, False
     return dm_env.restart(self._observation())
 
   def step(self, action: Any) -> dm_env.TimeStep:
+    if self._needs_reset:
+      return self.reset()
     reward = 1.0 if self._mask[int(action)] else -1.0
     self._t += 1
     if self._t >= self.episode_length:
+      self._needs_reset = True
       return dm_env.termination(reward, self._observation())
     return dm_env.transition(reward, self._observation())
 

@@ -78,6 +78,7 @@ class RepeatFirstDmEnv(dm_env.Environment):
     self.num_symbols, self.length = num_symbols, length
     self._rng = np.random.default_rng(seed)
     self._first, self._t = 0, 0
+    self._needs_reset = True  # dm_env: step() on a fresh environment, or after LAST, resets.
 
   def _observation(self, symbol: int, first: bool) -> np.ndarray:
     obs = np.zeros(self.num_symbols + 1, np.float32)
@@ -86,13 +87,17 @@ class RepeatFirstDmEnv(dm_env.Environment):
 
   def reset(self) -> dm_env.TimeStep:
     self._first, self._t = int(self._rng.integers(self.num_symbols)), 0
+    self._needs_reset = False
     return dm_env.restart(self._observation(self._first, True))
 
   def step(self, action: Any) -> dm_env.TimeStep:
+    if self._needs_reset:
+      return self.reset()
     reward = (1.0 if int(action) == self._first else -1.0) / self.length
     self._t += 1
     obs = self._observation(int(self._rng.integers(self.num_symbols)), False)
     if self._t >= self.length:
+      self._needs_reset = True
       return dm_env.termination(reward, obs)
     return dm_env.transition(reward, obs)
 
