@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -475,3 +476,21 @@ def test_the_transfer_benchmarks_ratio_and_its_bootstrap_interval():
   ratio, (low, high) = bench.ratio_interval(100 + 10 * rng.standard_normal(16),
                                             110 + 10 * rng.standard_normal(16))
   assert low < ratio < high and high - low > 0.05
+
+
+def test_docs_meta_table_gives_the_commands_defaults():
+  """docs/meta.md's table of `meta.*` keys says each default `python -m podracer.meta`
+  runs with (issue 81: the defaults are the settings behind docs/results/meta.md's
+  figures, two trainings a member and 30 generations)."""
+  page = (ROOT / "docs" / "meta.md").read_text()
+  rows = dict(re.findall(r"^\| `meta\.(\w+)` \| ([^|]+?) \|", page, re.M))
+  defaults = dataclasses.asdict(meta.MetaConfig())
+  assert len(rows) >= 10
+  for key, text in rows.items():
+    if key == "inner_env_steps":  # 0: the config's total_env_steps, as the page says
+      assert defaults[key] == 0 and "total_env_steps" in text
+      continue
+    value = defaults[key]
+    said = text.lower() == "true" if isinstance(value, bool) else type(value)(text)
+    assert said == value, (key, text, value)
+  assert (defaults["member_seeds"], defaults["generations"]) == (2, 30)
