@@ -1,5 +1,6 @@
 """Agents that ship with podracer; importing this registers them."""
 
+from agents import d4pg  # noqa: F401
 from agents import dqn  # noqa: F401
 from agents import impala  # noqa: F401
 from agents import muzero  # noqa: F401

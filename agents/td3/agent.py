@@ -26,7 +26,8 @@ from podracer import registry
 from podracer.agent import dummy_observation
 from podracer.components.losses import twin_q_loss
 from podracer.components.networks import DeterministicPolicyNetwork
-from podracer.kits.transition_replay import Transition, TransitionReplayAgent
+from podracer.kits.transition_replay import (Transition, TransitionReplayAgent,
+                                             gaussian_exploration)
 from podracer.learning import STEP, Objective, gradient_step, update_target, with_target
 from podracer.registry.ranges import Fraction, NonNegative, Positive, Probability
 from podracer.types import ActorOutput, EnvSpec, TimeStep
@@ -73,10 +74,7 @@ class TD3(TransitionReplayAgent):
     return with_target(super().init_opt(nets), dict(nets))
 
   def _noisy(self, action, key, scale, clip=None):
-    noise = scale * self.half_width * jax.random.normal(key, action.shape, action.dtype)
-    if clip is not None:
-      noise = jnp.clip(noise, -clip * self.half_width, clip * self.half_width)
-    return jnp.clip(action + noise, self.minimum, self.maximum)
+    return gaussian_exploration(action, key, scale, self.minimum, self.maximum, clip)
 
   def act(self, nets, actor_state, timestep: TimeStep, key):
     action = self.actor.apply(nets["actor"], timestep.observation)

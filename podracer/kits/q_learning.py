@@ -138,22 +138,36 @@ def sampled_age(replay: Any, experience: PyTree, sample: Any,
   return dict(sampled_age=jnp.mean(since) * new_steps)
 
 
+def objective_outputs(metrics: Dict[str, jax.Array], name: Optional[str]
+                      ) -> Dict[str, jax.Array]:
+  """The outputs of objective `name`'s loss among `gradient_step`'s metrics (prefixed
+  `name_` where there are several objectives), or all of them (`name` None)."""
+  if name is None:
+    return metrics
+  prefix = f"{name}_"
+  return {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
 def replay_q_update(objectives: Sequence[Objective], replay: Any, nets: PyTree,
                     opt: TargetState, experience: PyTree, key: jax.Array, *,
                     importance_sampling_exponent: float, priority_eta: float,
-                    target_update_period: int, tx_pair: rlax.TxPair, overlap: int = 0
+                    target_update_period: int, tx_pair: rlax.TxPair, overlap: int = 0,
+                    outputs_of: Optional[str] = None
                     ) -> Tuple[PyTree, TargetState, PyTree, Dict[str, jax.Array]]:
   """One learner update from a prioritized replay (an `Agent.update`); nothing but the
   replay's size while it holds fewer than it samples from. The objectives' loss takes
   (items, importance weights [B], target parameters) and returns the `q_learning`
-  loss's outputs: `abs_td` and `mask` [T, B], `q` [T, B, A], `target` [T, B]. `overlap`:
-  the entries an item repeats of the one before (the agent's `trajectory_overlap`)."""
+  loss's outputs: `abs_td` and `mask` [T, B], `q` [T, B, A], `target` [T, B]; with
+  several objectives (D4PG's critic and actor), `outputs_of` names the one that does.
+  `overlap`: the entries an item repeats of the one before (the agent's
+  `trajectory_overlap`)."""
   def learn(args):
     nets, opt, experience = args
     sample = replay.sample(experience, key)
     weights = importance_weights(sample, importance_sampling_exponent)
     nets, optimizer, out = gradient_step(objectives, nets, opt.optimizer,
                                          (sample.items, weights, opt.target), None)
+    out = objective_outputs(out, outputs_of)
     priorities = sequence_priorities(out["abs_td"], out["mask"], priority_eta)
     experience = replay.update_priorities(experience, sample, priorities)
     metrics = q_diagnostics(out, priorities, tx_pair)
@@ -207,6 +221,7 @@ class SequenceReplayAgent(Agent):
   `item_actor_state` (nothing by default; R2D2: the LSTM state)."""
 
   tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR  # How the diagnostics read values back.
+  outputs_of: Optional[str] = None  # The objective giving the loss's outputs, if several.
 
   def init_opt(self, nets):
     return with_target(super().init_opt(nets), nets)
@@ -231,7 +246,8 @@ class SequenceReplayAgent(Agent):
                            importance_sampling_exponent=self.importance_sampling_exponent,
                            priority_eta=self.priority_eta,
                            target_update_period=self.target_update_period,
-                           tx_pair=self.tx_pair, overlap=self.trajectory_overlap)
+                           tx_pair=self.tx_pair, overlap=self.trajectory_overlap,
+                           outputs_of=self.outputs_of)
 
 
 class QLearningAgent(SequenceReplayAgent):

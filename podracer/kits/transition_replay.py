@@ -45,6 +45,21 @@ def transitions(trajectory: Trajectory):
   return items, flat(timestep.step_type[:-1] != StepType.LAST)
 
 
+def gaussian_exploration(action: jax.Array, key: jax.Array, scale: Any, minimum: Any,
+                         maximum: Any, clip: Any = None) -> jax.Array:
+  """action + N(0, (scale h)^2) per dimension, the noise clipped to +-clip h where `clip`
+  is given, the result to the bounds; h the bounds' half-width. `scale` is a scalar or
+  one per environment ([B]: D4PG's per-actor noise). TD3's acting and target smoothing,
+  D4PG's acting."""
+  half_width = jnp.asarray((maximum - minimum) / 2)
+  scale = jnp.asarray(scale)
+  scale = scale.reshape(scale.shape + (1,) * (action.ndim - scale.ndim))
+  noise = scale * half_width * jax.random.normal(key, action.shape, action.dtype)
+  if clip is not None:
+    noise = jnp.clip(noise, -clip * half_width, clip * half_width)
+  return jnp.clip(action + noise, minimum, maximum)
+
+
 class TransitionReplayAgent(Agent):
   """Uniform replay of transitions and one learning step per update once it can sample
   (before that, the update waits and reports zeros)."""

@@ -70,13 +70,13 @@ def _project_np(atoms, probs, support):
   return out
 
 
-def _c51_loss_np(logits, target_logits, step_type, reward, discount, action, weights,
-                 gamma, n, support, double):
-  """C51's n-step loss over [S, B] sequences, one transition at a time."""
+def categorical_td_loss_np(logits, next_logits, step_type, reward, discount, weights,
+                           gamma, n, support):
+  """The n-step categorical TD loss over [S, B] sequences, one transition at a time:
+  `logits` [S, B, K] the online distribution of the taken actions, `next_logits` the
+  bootstrap's at every step. Returns the loss and each transition's cross-entropy."""
   softmax = lambda x: np.exp(x - x.max(-1, keepdims=True)) / np.exp(
       x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)
-  q = (softmax(logits) * support).sum(-1)
-  target_q = (softmax(target_logits) * support).sum(-1)
   steps, batch = step_type.shape
   total, count, per = 0.0, 0.0, np.zeros((steps - n, batch))
   for t in range(steps - n):
@@ -90,14 +90,38 @@ def _c51_loss_np(logits, target_logits, step_type, reward, discount, action, wei
         k += 1
         if k == n or step_type[t + k, b] == StepType.LAST:
           break
-      s = t + k
-      a = np.argmax(q[s, b] if double else target_q[s, b])
-      target = _project_np(ret + scale * support, softmax(target_logits[s, b, a]), support)
-      log_p = logits[t, b, action[t, b]] - np.log(np.exp(logits[t, b, action[t, b]]).sum())
+      target = _project_np(ret + scale * support, softmax(next_logits[t + k, b]), support)
+      log_p = np.log(softmax(logits[t, b]))
       per[t, b] = -(target * log_p).sum()
       total += weights[b] * per[t, b]
       count += 1
   return total / max(count, 1), per
+
+
+def _c51_loss_np(logits, target_logits, step_type, reward, discount, action, weights,
+                 gamma, n, support, double):
+  """C51's n-step loss: the categorical TD loss of the taken actions' distributions, the
+  bootstrap the target's at the online (double) or target network's greedy action."""
+  softmax = lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True)
+  q = (softmax(logits if double else target_logits) * support).sum(-1)
+  greedy = q.argmax(-1)
+  pick = lambda x, a: np.take_along_axis(x, a[..., None, None], -2)[..., 0, :]
+  return categorical_td_loss_np(pick(logits, action), pick(target_logits, greedy),
+                                step_type, reward, discount, weights, gamma, n, support)
+
+
+def tiny_sequences(steps, batch, seed=0):
+  """[S, B] steps with a termination (discount 0) in environment 0 and a time limit
+  (LAST, discount 1) in environment 1; rewards in [-1, 2]."""
+  rng = np.random.default_rng(seed)
+  step_type = np.full((steps, batch), StepType.MID, np.int32)
+  discount = np.ones((steps, batch), np.float32)
+  step_type[2, 0], discount[2, 0] = StepType.LAST, 0.0    # terminated
+  step_type[3, 0] = StepType.FIRST
+  step_type[1, 1] = StepType.LAST                          # truncated: discount stays 1
+  step_type[2, 1] = StepType.FIRST
+  reward = rng.uniform(-1, 2, size=(steps, batch)).astype(np.float32)
+  return step_type, discount, reward
 
 
 @pytest.mark.parametrize("double", [True, False])
@@ -110,13 +134,7 @@ def test_c51_loss_on_a_tiny_batch_is_numpys(double):
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(steps, batch, actions, 5)).astype(np.float32)
   target_logits = rng.normal(size=(steps, batch, actions, 5)).astype(np.float32)
-  step_type = np.full((steps, batch), StepType.MID, np.int32)
-  discount = np.ones((steps, batch), np.float32)
-  step_type[2, 0], discount[2, 0] = StepType.LAST, 0.0    # terminated
-  step_type[3, 0] = StepType.FIRST
-  step_type[1, 1] = StepType.LAST                          # truncated: discount stays 1
-  step_type[2, 1] = StepType.FIRST
-  reward = rng.uniform(-1, 2, size=(steps, batch)).astype(np.float32)
+  step_type, discount, reward = tiny_sequences(steps, batch)
   action = rng.integers(0, actions, size=(steps, batch)).astype(np.int32)
   weights = rng.uniform(0.5, 1.0, size=batch).astype(np.float32)
   timestep = TimeStep(jnp.asarray(step_type), jnp.asarray(reward), jnp.asarray(discount),
