@@ -4,13 +4,16 @@ An entry is what an agent saw and did at one step (`Trajectory` of [B] arrays). 
 keeps the last K = `agent.trajectory_overlap` entries: K-1 already-stepped `earlier`
 ones and the `pending` one, acted on but not yet stepped. A rollout of T steps turns
 them into the trajectory `earlier + T stepped entries + pending`, whose last K entries
-open the next one. Anakin does this inside its scan, Sebulba's actors on their device;
-both call these functions, so both hand agents the same trajectories.
+open the next one. Anakin does this inside its scan, Sebulba's actors on their device
+(`opening`, `assemble_groups`: compiled once, for environments stepped in groups), SEED's
+server per worker on the host; all call these functions, so all hand agents the same
+trajectories.
 """
 
 from __future__ import annotations
 
-from typing import Tuple
+import functools
+from typing import List, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -76,3 +79,29 @@ def trajectory_spec(agent, spec: EnvSpec, num_envs: int, rollout_length: int) ->
 def stack(entries) -> PyTree:
   """A list of [B, ...] entries -> one [len, B, ...] pytree."""
   return jax.tree.map(lambda *xs: jnp.stack(xs), *entries)
+
+
+def join(groups: List[PyTree]) -> PyTree:
+  """One pytree per group of environments ([B/G, ...] leaves) -> one [B, ...] pytree."""
+  if len(groups) == 1:
+    return groups[0]
+  return jax.tree.map(lambda *xs: jnp.concatenate(xs), *groups)
+
+
+# Compiled once at module level with static sizes: every run (and every `run_actors`
+# call) reuses one compilation rather than compiling its own closure mid-run.
+@functools.partial(jax.jit, static_argnums=(1,))
+def opening(pending: List[Trajectory], overlap: int) -> Trajectory:
+  """A run's first pending entries, one per group -> the K-1 `earlier` entries [K-1, B]
+  its first trajectory starts from (`first_entries`' padding)."""
+  return split_last(first_entries(join(pending), overlap))[0]
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def assemble_groups(earlier: Trajectory, stepped: List[List[Trajectory]],
+                    pending: List[Trajectory], overlap: int) -> Tuple[Trajectory, Trajectory]:
+  """earlier [K-1, B], T stepped entries per group, the pending entry per group -> (the
+  [T+K, B] trajectory, the K-1 `earlier` entries of the next one)."""
+  entries = [join(list(step)) for step in zip(*stepped)]
+  trajectory = assemble(earlier, stack(entries), join(pending))
+  return trajectory, split_last(last_entries(trajectory, overlap))[0]

@@ -20,12 +20,11 @@ import pytest
 
 from agents.impala import config as impala_config
 from agents.ppo import config as ppo_config
-from podracer import builder, registry, testing
+from podracer import builder, mesh, registry, testing, trajectories
 from podracer.errors import ConfigError, ThreadFailure
 from podracer.logs.metrics import MetricsLogger
 from podracer.runtimes.sebulba import ParamsStore
 from podracer.runtimes.host.params import PolicyLagBound
-from podracer.runtimes.host.batches import stack_and_split as _stack_and_split
 from podracer.types import StepType, Trajectory
 from tests.processes import with_sigint_ignored
 from tests.learning import best_by_run, launch_runs
@@ -59,10 +58,10 @@ def run_in_process(config):
 # -- pieces ----------------------------------------------------------------------------
 
 
-def test_stack_and_split_gives_each_learner_a_contiguous_slice_of_the_batch():
+def test_split_batch_gives_each_learner_a_contiguous_slice_of_the_batch():
   entries = [Trajectory(timestep=t * 100 + np.arange(6), actor_state=(), action=np.full(6, t),
                         extras={}) for t in range(4)]
-  split = _stack_and_split(3, entries)
+  split = mesh.split_batch(3, trajectories.stack(entries))
   assert split.timestep.shape == (3, 4, 2)  # [learners, T+1, B / learners]
   np.testing.assert_array_equal(split.timestep[1, 2], [202, 203])  # learner 1: envs 2, 3
   np.testing.assert_array_equal(split.action[2], np.arange(4)[:, None] * np.ones((1, 2)))

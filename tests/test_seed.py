@@ -131,14 +131,17 @@ def _free_port():
 # -- the inference server, with in-process workers ---------------------------------
 
 
-class FakeOutput:
-  """Keeps what the server hands the data path."""
+class FakeChannel:
+  """Keeps what the server puts into the channel for experience."""
 
   def __init__(self):
     self.batches = []
-    self.prepare = lambda trajectory: trajectory
 
-  def deliver(self, trajectory, batch, stop):
+  def takes_streams(self):
+    return False
+
+  def put(self, trajectory, batch, stop, stream=None):
+    assert stream is None  # The queue's form: a learner batch's trajectories joined.
     self.batches.append((trajectory, batch))
     return 0.0
 
@@ -170,7 +173,7 @@ def make_server(config, num_workers, envs_per_worker=4, workers_per_batch=1,
   store = ParamsStore(runtime.topology.actor_devices)
   store.push(first_replica(runtime._start_learner()[0]), 0)
   welcome = runtime._welcome()
-  output = FakeOutput()
+  output = FakeChannel()
   server = InferenceServer(
       runtime.agent, runtime.topology.actor_devices, store, output,
       Seats(workers_per_batch, 0), num_workers=num_workers,

@@ -22,7 +22,7 @@ from podracer.distributed import auth, transport
 from podracer.errors import ConfigError, EnvironmentStepError
 from podracer.logs.metrics import MetricsLogger
 from podracer.runtimes import door
-from podracer.runtimes.seed import server as seed_server
+from podracer.runtimes.seed import session as seed_session
 from podracer.types import TimeStep
 from tests import seed_peers
 from tests.learning import last_fifth_means
@@ -97,15 +97,15 @@ def test_a_worker_with_no_secret_says_how_to_give_one():
 
 def test_connections_in_their_handshake_are_capped_and_time_out():
   server = _secured_server()
-  sessions = [server.new_session(f"peer {i}") for i in range(seed_server.MAX_HANDSHAKES)]
+  sessions = [server.new_session(f"peer {i}") for i in range(seed_session.MAX_HANDSHAKES)]
   with pytest.raises(transport.TransportError, match="too many connections"):
     server.new_session("one more")
   aborted = []
   for s in sessions:
     s.abort = lambda s=s: (aborted.append(s), s.closed("connection closed"))
-    s.last_seen -= seed_server.HANDSHAKE_S + 1
+    s.last_seen -= seed_session.HANDSHAKE_S + 1
   server.drop_silent()
-  assert len(aborted) == seed_server.MAX_HANDSHAKES and server.handshaking == {}
+  assert len(aborted) == seed_session.MAX_HANDSHAKES and server.handshaking == {}
   assert "did not join within 10 s" in server.failures[-1]
   server.new_session("room again")
 

@@ -1,4 +1,6 @@
-"""Moving data between Sebulba's devices: parameters to actors, trajectories to learners."""
+"""The learner's parameters on their way to the actors (`ParamsStore`), and how stale
+they may be (`PolicyLagBound`). Trajectories go the other way through the channel
+(channel.py), sharded over the learners by the mesh (podracer/mesh.py)."""
 
 from __future__ import annotations
 
@@ -90,12 +92,6 @@ class PolicyLagBound:
 
 
 first_replica = mesh_lib.first_row  # Replica 0's copy of the learners' output.
-
-
-def shard_over(devices: List[jax.Device], split: PyTree) -> PyTree:
-  """[L, ...] arrays (anywhere) -> the learner mesh's arrays, slice i on `devices[i]`
-  (this process's learners; with several processes, theirs sit beside them)."""
-  return mesh_lib.put(mesh_lib.learner_mesh(devices), split)
 
 
 def checksum(tree: PyTree) -> str:

@@ -1,15 +1,18 @@
 """What every runtime with host environments and a learner thread shares (Sebulba, SEED):
-the learner's state on the learner devices, the data path (paths.py), checkpoints,
-evaluation, and the main thread's supervision of the threads.
+the learner's state on the learner devices, the channel for experience (channel.py),
+checkpoints, evaluation, and the main thread's supervision of the threads.
 
-A subclass says only how trajectories are produced: `_spawn_producers` starts the threads
-(Sebulba's actor threads, SEED's inference server) that hand them to the path's output,
-`_poll` checks on anything outside the threads (SEED's worker processes) while the run
-goes on, and `_stop_producers` stops it.
+A subclass passes its arguments and the size of its trajectories to `HostRuntime`'s
+constructor and says only how trajectories are produced: `_spawn_producers` (abstract)
+starts the threads (Sebulba's actor threads, SEED's inference server) that `put` them
+into the channel; `_poll` checks on anything outside the threads (SEED's worker
+processes) while the run goes on, and `_stop_producers` stops it (both do nothing by
+default).
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import queue
@@ -26,8 +29,8 @@ from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Runtime
 from podracer.runtimes.host import threads
-from podracer.runtimes.host.batches import Batch, ToLearners, act_and_advance_key
-from podracer.runtimes.host.learner import Learner, Progress, StopVote
+from podracer.runtimes.host.channel import channel as channel_for
+from podracer.runtimes.host.learner import Learner, Progress, StopVote, update_for
 from podracer.runtimes.host.params import ParamsStore, PolicyLagBound, first_replica
 from podracer.types import Trajectory, strip_weak_types
 
@@ -51,40 +54,54 @@ class LearnerOptions:
 
 
 class HostRuntime(Runtime):
-  """A learner thread fed through one data path (`self.path`) by producer threads.
+  """A learner thread fed through one channel for experience (`self.channel`) by
+  producer threads.
 
-  Subclasses set `agent`, `spec`, `env_factory`, `topology`, `options`, `plan`, `seed`
-  and call `_use_path(path)` in their constructor."""
+  A subclass's constructor calls this one with its own arguments and
+  `producers` (the threads or workers that put trajectories, each `batch_envs`
+  environments wide: `runtime.{batch_key}`; `turns`: whether they can take turns with
+  the learner at `max_policy_lag=0` with a host replay), and implements
+  `_spawn_producers`; `_poll` and `_stop_producers` are optional."""
 
   environment_kind = "host"
 
-  def _keep(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
-            options: Any, plan: Any, seed: int) -> None:
-    """Keeps the constructor's arguments; a topology without actor devices is refused."""
-    if not hasattr(topology, "actor_devices"):
-      raise ConfigError(f"{type(self).__name__} needs a topology that splits actor and "
-                        f"learner devices (`topology.name=actor_learner`).")
+  def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
+               options: Any, plan: Any, seed: int, *, producers: int, batch_envs: int,
+               batch_key: str, turns: bool = True):
+    """A topology without actor devices is refused, and the channel checks the sizes."""
+    self.check_topology(topology)
     contracts.check_policy_lag(agent, options.max_policy_lag, type(self).__name__.lower())
     self.agent, self.spec = agent, agent.spec
     self.env_factory, self.topology, self.options, self.plan, self.seed = (
         env_factory, topology, options, plan, seed)
+    self.producers = producers  # `run_actors` warms up two batches each.
+    self.channel = channel_for(
+        agent, topology.learner_devices, self.spec, batch_envs=batch_envs,
+        rollout_length=options.rollout_length, queue_size=options.queue_size,
+        max_policy_lag=options.max_policy_lag, producers=producers, batch_key=batch_key,
+        turns=turns)
+    self.replay = self.channel.replay
+    self.learner_mesh = mesh_lib.learner_mesh(topology.learner_devices)
+    self._init_learner = mesh_lib.spmd(self._init_replica, self.learner_mesh)
+
+  @classmethod
+  def check_topology(cls, topology: Any) -> None:
+    """Refuses a topology without actor devices (before anything counts them)."""
+    if not hasattr(topology, "actor_devices"):
+      raise ConfigError(f"{cls.__name__} needs a topology that splits actor and "
+                        f"learner devices (`topology.name=actor_learner`).")
 
   @classmethod
   def environment_args(cls, seed: int):
     return dict(num_envs=1, seed=seed)  # One environment is enough to read the spec.
 
-  def _use_path(self, path: Any) -> None:
-    self.path, self.replay = path, path.replay
-    self.learner_mesh = mesh_lib.learner_mesh(self.topology.learner_devices)
-    self._init_learner = mesh_lib.spmd(self._init_replica, self.learner_mesh)
-
   def trajectory_spec(self, num_envs: int) -> Trajectory:
     """Shapes of a [T+K, num_envs, ...] trajectory, without running."""
-    return self.path.trajectory_spec(num_envs)
+    return self.channel.trajectory_spec(num_envs)
 
   def _init_replica(self, key):
     nets = self.agent.init_nets(key)
-    return strip_weak_types((nets, self.agent.init_opt(nets), self.path.init_experience()))
+    return strip_weak_types((nets, self.agent.init_opt(nets), self.channel.init_experience()))
 
   def _start_learner(self) -> List[Any]:
     n = len(self.topology.learner_devices)
@@ -96,26 +113,25 @@ class HostRuntime(Runtime):
     """Env steps/s of the producers alone (Sebulba's actor threads, SEED's server and
     workers): initial parameters, no learner.
 
-    Batches are taken off the queue and dropped. The first `warmup_batches` (default:
-    two per producer, which covers compilation) are not counted.
+    Trajectories are taken from the channel and dropped. The first `warmup_batches`
+    (default: two per producer, which covers compilation) are not counted.
     """
     if self.replay is not None:
       raise ConfigError("run_actors measures actors that feed the learner queue; with a "
                         "host replay their pace is the replay's rate limiter's.")
-    batches: "queue.Queue[Batch]" = queue.Queue(maxsize=self.options.queue_size)
+    self.channel.open()
     store = ParamsStore(self.topology.actor_devices)
     store.push(first_replica(self._start_learner()[0]), version=0)
     group = threads.ThreadGroup()
     warmup = 2 * self.producers if warmup_batches is None else warmup_batches
     seen, steps, start = 0, 0, None
     try:
-      self._spawn_producers(group, store, ToLearners(
-          self.topology.learner_devices, batches, self.agent.trajectory_overlap))
+      self._spawn_producers(group, store, self.channel)
       while not group.stop.is_set():
-        batch = threads.get(batches, group.stop)
-        if batch is None:
+        step = self.channel.get(group.stop)
+        if step is None:
           break
-        seen += 1
+        batch, seen = step.batches[0], seen + 1
         if seen == warmup + 1:
           start = time.perf_counter()
         elif seen > warmup + 1:
@@ -129,8 +145,6 @@ class HostRuntime(Runtime):
       finally:
         self._stop_producers()
     return steps / (time.perf_counter() - start) if start is not None else 0.0
-
-  # -- checkpoints (podracer/lifecycle/checkpoint.py) ----------------------------------------
 
   # -- what callers ask of a runtime (podracer/runtime.py) ---------------------------
 
@@ -181,7 +195,7 @@ class HostRuntime(Runtime):
     return stop
 
   def _save(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
-    self.path.save(checkpointer)
+    self.channel.save(checkpointer)
     progress = learner.progress
     checkpointer.save(progress.updates, dict(learner=tuple(state), key=learner.key),
                       progress.records, **dataclasses.asdict(progress))
@@ -198,17 +212,18 @@ class HostRuntime(Runtime):
     (podracer/lifecycle/evaluation.py), the learner thread evaluates between updates.
     """
     state = self._start_learner()
-    output, source = self.path.open(checkpointer)
+    self.channel.open(checkpointer)
     try:
-      self._train(logger, checkpointer, evaluation, state, output, source)
+      self._train(logger, checkpointer, evaluation, state)
     finally:
-      self.path.close()
+      self.channel.close()
     return state
 
-  def _learner(self, source: Any, store: ParamsStore, records: "queue.Queue", logger,
+  def _learner(self, store: ParamsStore, records: "queue.Queue", logger,
                state: List[Any], checkpointer: Optional[Any]) -> Learner:
     learners = self.topology.learner_devices
-    learner = Learner(source, store, records, self.plan, len(learners),
+    update = update_for(self.agent, self.channel, learners, self.options.updates_per_batch)
+    learner = Learner(self.channel, update, store, records, self.plan, len(learners),
                       self.options.log_interval, jax.random.PRNGKey(self.seed + 1),
                       Progress(records=len(logger.records)),
                       fail_after_first_update=self.options.inject_failure == "learner")
@@ -222,10 +237,10 @@ class HostRuntime(Runtime):
       learner.stop_vote = StopVote(learners, lambda: logger.target_reached)
     return learner
 
-  def _train(self, logger, checkpointer, evaluation, state, output, source) -> None:
+  def _train(self, logger, checkpointer, evaluation, state) -> None:
     records: "queue.Queue[Dict[str, Any]]" = queue.Queue()
     store = ParamsStore(self.topology.actor_devices)
-    learner = self._learner(source, store, records, logger, state, checkpointer)
+    learner = self._learner(store, records, logger, state, checkpointer)
     store.push(first_replica(state[0]), version=learner.progress.updates)
     group = threads.ThreadGroup()
     if evaluation is not None:
@@ -235,7 +250,7 @@ class HostRuntime(Runtime):
     stops_early = distributed.process_count() == 1
     lag = self.options.max_policy_lag
     try:
-      self._spawn_producers(group, store, output, restart=learner.progress.updates,
+      self._spawn_producers(group, store, self.channel, restart=learner.progress.updates,
                             lag_bound=None if lag is None else PolicyLagBound(
                                 lag, first_update=learner.progress.updates,
                                 producers=self.producers))
@@ -264,9 +279,13 @@ class HostRuntime(Runtime):
     # A coordinated stop (several processes, SIGTERM): saved above, now stopped by it.
     preemption.raise_if_requested()
 
-  def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore, output: Any,
+  @abc.abstractmethod
+  def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore, channel: Any,
                        restart: int = 0, lag_bound: Optional[PolicyLagBound] = None) -> None:
-    raise NotImplementedError
+    """Starts, in `group`, the threads that act with `store`'s parameters and `put`
+    trajectories into `channel` (channel.py); `restart`: the update a resumed run starts
+    at (its producers draw new environments); `lag_bound`: the policy-lag bound to keep
+    (None: unbounded, or no learner)."""
 
   def _poll(self, group: threads.ThreadGroup) -> None:
     """Called by the main thread every `threads.POLL` seconds while the run goes on."""
@@ -279,6 +298,13 @@ class HostRuntime(Runtime):
   def _drain(records: "queue.Queue", logger) -> None:
     for record in threads.drain(records):
       logger.write(record, compile_step=record.pop("first", False))
+
+
+def act_and_advance_key(act, params, actor_state, timestep, key):
+  # Splitting the key inside the jitted call saves a dispatch per environment step.
+  key, act_key = jax.random.split(key)
+  out, actor_state = act(params, actor_state, timestep, act_key)
+  return out, actor_state, key
 
 
 class HostEvaluator:

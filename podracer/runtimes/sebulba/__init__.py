@@ -4,12 +4,13 @@ Threads, all started and stopped by `Sebulba.train` (runtime.py):
   actors   (actor.py) `actor_threads_per_device` per actor device, each with its own
            batched host environment; while one thread steps its environments the device
            runs the other's inference. Each assembles a [T+K, B] trajectory on its device
-           and hands it to an output: split along B over the learner devices and queued
-           (`ToLearners`), or inserted into a host replay (`ToReplay`).
-  learner  (host/learner.py) one loop over a batch source: the queued trajectories
-           (`FromQueue`: observe + `updates_per_batch` x update, over the learner
-           devices) or a host replay's samples (`FromReplay`); pushes the new parameters
-           to every actor device (host/params.py) after each update.
+           (podracer/trajectories.py) and `put`s it into the run's one channel for
+           experience (host/channel.py): split along B over the learner devices and
+           queued (`TrajectoryQueue`), or inserted into a host replay (`TrajectoryReplay`).
+  learner  (host/learner.py) one loop that `get`s from the channel: a queued trajectory
+           (`TrajectoryUpdate`: observe + `updates_per_batch` x update, over the learner
+           devices) or a host replay's samples (`SampleUpdate`); pushes the new
+           parameters to every actor device (host/params.py) after each update.
   main     supervises: logs metrics, and stops everything within a second when a thread
            fails (re-raising its traceback), on Ctrl-C, when the step budget is spent, or
            when the logger reports the target return (`stop_at_return`) reached

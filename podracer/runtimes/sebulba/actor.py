@@ -1,6 +1,7 @@
-"""A Sebulba actor thread: steps its host environments, acts on its device, and hands
-each [T+K, B] trajectory to an output (podracer/runtimes/host/batches.py): the learners'
-queue, or a host replay.
+"""A Sebulba actor thread: steps its host environments, acts on its device, assembles
+each [T+K, B] trajectory there (podracer/trajectories.py) and `put`s it into the run's
+channel for experience (podracer/runtimes/host/channel.py): the learners' queue, or a
+host replay.
 
 While one thread steps its environments on the CPU, its device runs another thread's
 inference, which is why each actor device runs several threads.
@@ -15,12 +16,13 @@ from typing import Any, Callable, Dict, List, Optional
 import jax
 import numpy as np
 
+from podracer import trajectories
 from podracer.agent import Agent
 from podracer.errors import EnvironmentStepError
 from podracer.logs.meters import episode_sums
 from podracer.runtimes import door
 from podracer.runtimes.host import threads
-from podracer.runtimes.host.batches import Batch, _first_earlier
+from podracer.runtimes.host.channel import Batch
 from podracer.runtimes.host.params import ParamsStore, PolicyLagBound
 from podracer.types import PyTree, Trajectory
 
@@ -38,11 +40,11 @@ class Actor:
 
   def __init__(self, agent: Agent, act: Callable[..., Any], env_factory: Callable[..., Any],
                device: jax.Device, index: int, seed: int, num_envs: int,
-               rollout_length: int, store: ParamsStore, output: Any, restart: int = 0,
+               rollout_length: int, store: ParamsStore, channel: Any, restart: int = 0,
                lag_bound: Optional[PolicyLagBound] = None, producer: int = 0,
                fail_after_first_batch: bool = False, groups: int = 1):
-    self.agent, self.act, self.device, self.store, self.output = (
-        agent, act, device, store, output)
+    self.agent, self.act, self.device, self.store, self.channel = (
+        agent, act, device, store, channel)
     self.num_envs, self.rollout_length, self.groups = num_envs, rollout_length, groups
     self.fail_after_first_batch = fail_after_first_batch
     self.env_factory, self.index, self.seed = env_factory, index, seed
@@ -95,10 +97,11 @@ class Actor:
       if rolled is None:
         return
       stepped, episodes = rolled
-      output, earlier = self.output.finish(earlier, stepped, groups.pending)
+      trajectory, earlier = trajectories.assemble_groups(
+          earlier, stepped, groups.pending, self.agent.trajectory_overlap)
       times.update(self._state_means(groups.states))
       batch = Batch(None, version, self.num_envs * self.rollout_length, episodes, times)
-      queue_wait = self._hand_over(output, batch, ticket, stop)
+      queue_wait = self._hand_over(trajectory, batch, ticket, stop)
       if queue_wait is None:
         return
       if self.fail_after_first_batch:
@@ -114,13 +117,13 @@ class Actor:
     fresh = self.store.get(self.device, ticket - self.lag_bound.max_lag, stop)
     return None if fresh is None else (*fresh, ticket)
 
-  def _hand_over(self, output: Any, batch: Batch, ticket: Optional[int],
+  def _hand_over(self, trajectory: Trajectory, batch: Batch, ticket: Optional[int],
                  stop: threading.Event) -> Optional[float]:
-    """Delivers the batch (in its ticket's turn, with a lag bound); the time it waited
-    for the queue, or None if the run stopped."""
+    """Puts the trajectory into the channel (in its ticket's turn, with a lag bound); the
+    time it waited for the queue, or None if the run stopped."""
     if self.lag_bound is not None and not self.lag_bound.wait_turn(ticket, stop):
       return None
-    queue_wait = self.output.deliver(output, batch, stop)
+    queue_wait = self.channel.put(trajectory, batch, stop)
     if queue_wait is not None and self.lag_bound is not None:
       self.lag_bound.queued(ticket)
     return queue_wait
@@ -172,7 +175,7 @@ class _Groups:
   def start(self, params: PyTree, times: Dict[str, float]) -> Any:
     """Acts on the first timesteps and sends the actions; the trajectory's first entries."""
     self.pending = [self.act(params, g, self.timesteps[g]) for g in self.ids]
-    earlier = _first_earlier(self.pending, self.actor.agent.trajectory_overlap)
+    earlier = trajectories.opening(self.pending, self.actor.agent.trajectory_overlap)
     for g in self.ids:
       self.send(g, times)
     return earlier

@@ -1,6 +1,7 @@
 """The Sebulba runtime: actor threads (actor.py) step host environments and act on the
-actor devices; the learner thread (learner.py) learns on the learner devices, fed through
-the data path (paths.py) chosen at build; host.py runs and supervises them."""
+actor devices; the learner thread (host/learner.py) learns on the learner devices, fed
+through the channel for experience (host/channel.py) chosen at build; host/runtime.py
+runs and supervises them."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Plan, plan_rounds
 from podracer.runtimes.host import threads
-from podracer.runtimes.host.batches import act_and_advance_key
 from podracer.runtimes.sebulba.actor import Actor
-from podracer.runtimes.host.runtime import HostEvaluator, HostRuntime, LearnerOptions
+from podracer.runtimes.host.channel import REPLAY_DIR
+from podracer.runtimes.host.runtime import (HostEvaluator, HostRuntime, LearnerOptions,
+                                            act_and_advance_key)
 from podracer.runtimes.host.params import ParamsStore, PolicyLagBound
-from podracer.runtimes.host.paths import REPLAY_DIR, data_path
 
 __all__ = ["Sebulba", "SebulbaOptions", "HostEvaluator", "REPLAY_DIR"]
 
@@ -69,24 +70,21 @@ class Sebulba(HostRuntime):
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: SebulbaOptions, plan: Plan, seed: int):
-    self._keep(agent, env_factory, topology, options, plan, seed)
+    self.check_topology(topology)
     self.num_actor_threads = len(topology.actor_devices) * options.actor_threads_per_device
+    super().__init__(agent, env_factory, topology, options, plan, seed,
+                     producers=self.num_actor_threads,
+                     batch_envs=options.num_envs_per_actor, batch_key="num_envs_per_actor")
     if options.env_mode == "async" and not getattr(env_factory, "supports_async", False):
       name = getattr(getattr(env_factory, "section", None), "name", None) or "this one"
       raise ConfigError(
           f"`runtime.env_mode=async` steps environments between `send` and `recv` on their "
           f"own threads, which the environment '{name}' does not support (EnvPool does: "
           f"env.name=envpool); set --config.runtime.env_mode=sync.")
-    self._use_path(data_path(
-        agent, topology.learner_devices, self.spec, batch_envs=options.num_envs_per_actor,
-        rollout_length=options.rollout_length, queue_size=options.queue_size,
-        updates_per_batch=options.updates_per_batch, max_policy_lag=options.max_policy_lag,
-        producers=self.num_actor_threads, batch_key="num_envs_per_actor"))
     self._act = jax.jit(functools.partial(act_and_advance_key, agent.act))
-    self.producers = self.num_actor_threads  # `run_actors` warms up two batches each.
 
   def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore,
-                       output: Any, restart: int = 0,
+                       channel: Any, restart: int = 0,
                        lag_bound: Optional[PolicyLagBound] = None) -> None:
     options = self.options
     for j, device in enumerate(self.topology.actor_devices):
@@ -94,7 +92,7 @@ class Sebulba(HostRuntime):
         # Distinct environments and keys on every thread of every process.
         index = i + j * 1000 + distributed.process_index() * 100_000
         actor = Actor(self.agent, self._act, self.env_factory, device, index, self.seed,
-                      options.num_envs_per_actor, options.rollout_length, store, output,
+                      options.num_envs_per_actor, options.rollout_length, store, channel,
                       restart=restart, lag_bound=lag_bound,
                       producer=j * options.actor_threads_per_device + i,
                       fail_after_first_batch=options.inject_failure == "actor" and index == 0,

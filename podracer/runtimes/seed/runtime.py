@@ -1,8 +1,9 @@
 """The SEED runtime: environment-only worker processes, central batched inference.
 
-It replaces only Sebulba's actor threads: the inference server (server.py) hands its
-trajectories to the same data path (sebulba/paths.py), learned by the same learner,
-with the same checkpoints, evaluation and supervision (sebulba/host.py).
+It replaces only Sebulba's actor threads: the inference server (server.py) puts its
+trajectories into the same channel for experience (host/channel.py), learned by the same
+learner (host/learner.py), with the same checkpoints, evaluation and supervision
+(host/runtime.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from podracer.runtime import Plan, plan_rounds
 from podracer.runtimes.host import threads
 from podracer.runtimes.host.runtime import HostRuntime, LearnerOptions
 from podracer.runtimes.host.params import ParamsStore, PolicyLagBound
-from podracer.runtimes.host.paths import data_path
 from podracer.runtimes.seed.server import InferenceServer, Seats
 from podracer.types import action_mask
 from podracer.runtimes.seed.workers import LocalWorkers, describe, tail
@@ -199,7 +199,7 @@ class Seed(HostRuntime):
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: SeedOptions, plan: Plan, seed: int):
-    self._keep(agent, env_factory, topology, options, plan, seed)
+    self.check_topology(topology)
     if distributed.process_count() > 1:
       raise ConfigError("runtime.name=seed runs in one process: its workers bring the "
                         "scale. Several learner processes are not supported yet; launch "
@@ -208,12 +208,9 @@ class Seed(HostRuntime):
     _check_address(options)
     self.secret, self.own_secret = _secret(options)
     self.tls = _tls(options)
-    self._use_path(data_path(
-        agent, topology.learner_devices, self.spec, batch_envs=options.envs_per_batch,
-        rollout_length=options.rollout_length, queue_size=options.queue_size,
-        updates_per_batch=options.updates_per_batch, max_policy_lag=options.max_policy_lag,
-        producers=options.workers, batch_key="envs_per_batch", turns=False))
-    self.producers = options.workers  # `run_actors` warms up two batches each.
+    super().__init__(agent, env_factory, topology, options, plan, seed,
+                     producers=options.workers, batch_envs=options.envs_per_batch,
+                     batch_key="envs_per_batch", turns=False)
     self.server = self.listener = self.local = None
     self._secret_file: Optional[str] = None  # the run's own secret, for its user's workers
     self.workdir: Optional[str] = None
@@ -252,7 +249,7 @@ class Seed(HostRuntime):
                             + [((bw, *s.shape), jax.numpy.dtype(s.dtype).str) for s in leaves]
                             + [((5,), "<f8")])
 
-  def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore, output: Any,
+  def _spawn_producers(self, group: threads.ThreadGroup, store: ParamsStore, channel: Any,
                        restart: int = 0, lag_bound: Optional[PolicyLagBound] = None) -> None:
     options, welcome = self.options, self._welcome()
     # Inference threads: `inference_threads_per_device` per actor device, each with the
@@ -260,7 +257,7 @@ class Seed(HostRuntime):
     lanes = [d for d in self.topology.actor_devices
              for _ in range(options.inference_threads_per_device)]
     self.server = server = InferenceServer(
-        self.agent, lanes, store, output,
+        self.agent, lanes, store, channel,
         Seats(options.envs_per_batch // options.envs_per_worker, first_update=restart),
         num_workers=options.workers, envs_per_worker=options.envs_per_worker,
         rollout_length=options.rollout_length, batch_size=options.batch_size(len(lanes)),

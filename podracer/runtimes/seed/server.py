@@ -1,6 +1,7 @@
 """SEED's inference server: batches the steps of many workers into one `agent.act`
-(its threads; the compiled step is inference.py's, a worker's wire session session.py's,
-the rollouts and seats seats.py's).
+(its threads; the compiled step is inference.py's, a worker's wire session and the lobby
+session.py's, the rollouts and seats seats.py's). The server makes the sessions and
+calls them; they never call it back (session.py).
 
 Every environment of the run has a slot: a row of the actor state kept on the device
 ([N+1, ...] leaves; row N takes padded rows' writes). A worker holds `envs_per_worker`
@@ -16,8 +17,9 @@ new states back.
 Each worker's entries are assembled as every runtime assembles them
 (podracer/trajectories.py): a rollout of `rollout_length` steps extends the previous
 rollout's last K entries into a [T+K, B_w] trajectory; `envs_per_batch / envs_per_worker`
-of them make one learner batch, handed to the data path's output (the learners' queue or
-a host replay) as Sebulba's actors hand theirs.
+of them make one learner batch, `put` into the run's channel for experience
+(podracer/runtimes/host/channel.py: the learners' queue or a host replay) as Sebulba's
+actors put theirs.
 
 Policy lag: each rollout takes a seat in the learner batch it will join (`Seats`), whose
 update is known in advance (batches are learned in order, one per update); with
@@ -39,12 +41,12 @@ from podracer.distributed import transport
 from podracer.agent import Agent
 from podracer.runtimes import door
 from podracer.runtimes.host import threads
-from podracer.runtimes.host.batches import Batch
+from podracer.runtimes.host.channel import Batch
 from podracer.runtimes.host.params import ParamsStore
 from podracer.types import TimeStep, Trajectory
 from podracer.runtimes.seed.inference import InferenceStep, Request, ServerStats
 from podracer.runtimes.seed.seats import Piece, Seats
-from podracer.runtimes.seed.session import HANDSHAKE_S, MAX_HANDSHAKES, WorkerSession
+from podracer.runtimes.seed.session import HANDSHAKE_S, Lobby, Terms, WorkerSession
 
 
 class InferenceServer:
@@ -52,14 +54,14 @@ class InferenceServer:
   `devices` has one entry per inference thread (a device appears once per thread)."""
 
   def __init__(self, agent: Agent, devices: List[jax.Device], store: ParamsStore,
-               output: Any, seats: Seats, *, num_workers: int, envs_per_worker: int,
+               channel: Any, seats: Seats, *, num_workers: int, envs_per_worker: int,
                rollout_length: int, batch_size: int, timeout_ms: Optional[float],
                max_policy_lag: Optional[int], welcome: Dict[str, Any],
                step_layout: transport.Layout, action_layout: transport.Layout,
                seed: int, worker_timeout: float, secret: Optional[bytes] = None,
                mask_leaf: Optional[int] = None):
-    self.agent, self.devices, self.store, self.output, self.seats = (
-        agent, devices, store, output, seats)
+    self.agent, self.devices, self.store, self.channel, self.seats = (
+        agent, devices, store, channel, seats)
     self.num_workers, self.envs_per_worker = num_workers, envs_per_worker
     self.rollout_length, self.batch_size = rollout_length, batch_size
     self.timeout = None if not timeout_ms else timeout_ms / 1000
@@ -68,15 +70,10 @@ class InferenceServer:
     self.door = door.Door(step_layout.arrays, mask_leaf)  # Each STEP checked before queuing.
     self.worker_timeout, self.secret = worker_timeout, secret
     self.num_slots = num_workers * envs_per_worker
-    self.lock = threading.Lock()
     self.delivering = threading.Lock()
-    self.sessions: Dict[int, WorkerSession] = {}  # by seat
-    self.connections = 0
     self.requests = [queue.Queue() for _ in devices]
     self.stopping = threading.Event()
-    self.failures: List[str] = []   # why workers were dropped, newest last
-    self.dropped = 0                # workers dropped (silent, bad data, lost)
-    self.handshaking: Dict[int, WorkerSession] = {}  # connections yet to join, by id
+    self.lobby = Lobby(num_workers, seed, self.stopping)
     self.stats = ServerStats()
     key = jax.random.PRNGKey(seed * 7919 + 17)
     self.steps = [InferenceStep(agent, d, self.num_slots, jax.random.fold_in(key, i))
@@ -84,67 +81,52 @@ class InferenceServer:
 
   # -- sessions (transport threads) --------------------------------------------------
 
-  def new_session(self, peer: str) -> "WorkerSession":
+  def new_session(self, peer: str) -> WorkerSession:
     """A session for a new connection; TransportError when MAX_HANDSHAKES connections
     are already in their handshake (the transport closes this one)."""
-    with self.lock:
-      if len(self.handshaking) >= MAX_HANDSHAKES:
-        raise transport.TransportError("too many connections in their handshake")
-      session = WorkerSession(self, peer)
-      self.handshaking[id(session)] = session
-      return session
+    terms = Terms(self.num_workers, self.agent.trajectory_overlap, self.rollout_length,
+                  self.welcome, self.step_layout, self.door, self.secret,
+                  self.max_policy_lag, self.worker_timeout, self.stopping)
+    session = WorkerSession(peer, terms, self.lobby, self.seats, self._submit)
+    self.lobby.enter(session)
+    return session
 
-  def refused(self, session: "WorkerSession", why: str) -> None:
-    """A connection that did not join: one line in the run's log."""
-    with self.lock:
-      self.handshaking.pop(id(session), None)
-    if not self.stopping.is_set():
-      self.failures.append(f"refused a connection from {session.peer}: {why}")
+  def _submit(self, request: Request) -> None:
+    """A session's step, for the inference thread of its seat."""
+    self.requests[request.session.seat % len(self.devices)].put(request)
 
-  def join(self, session: "WorkerSession") -> Optional[int]:
-    with self.lock:
-      self.handshaking.pop(id(session), None)
-      free = [w for w in range(self.num_workers) if w not in self.sessions]
-      if not free:
-        return None
-      seat = free[0]
-      self.sessions[seat] = session
-      self.connections += 1
-      session.seed = (self.seed * 10_000 + 1_000 + seat + 7_919 * self.connections) % 2**31
-      session.stream = (seat, self.connections)
-      return seat
+  @property
+  def sessions(self) -> Dict[int, WorkerSession]:
+    return self.lobby.sessions
 
-  def leave(self, session: "WorkerSession", error: Optional[str]) -> None:
-    with self.lock:
-      if self.sessions.get(session.seat) is session:
-        del self.sessions[session.seat]
-    for j in session.seats_taken():
-      self.seats.release(j)
-    if error and not self.stopping.is_set():
-      self.dropped += 1
-      self.failures.append(f"worker {session.peer} (seat {session.seat}) was dropped: "
-                           f"{error}")
+  @property
+  def handshaking(self) -> Dict[int, WorkerSession]:
+    return self.lobby.handshaking
+
+  @property
+  def failures(self) -> List[str]:
+    return self.lobby.failures
+
+  @property
+  def dropped(self) -> int:
+    return self.lobby.dropped
 
   def say_bye(self) -> None:
     """Tells every worker the run has ended (`stopping` answers the others' next step)."""
     self.stopping.set()
-    with self.lock:
-      sessions = list(self.sessions.values())
-    for session in sessions:
+    for session in self.lobby.seated():
       session.say_bye()
 
   @property
   def workers_alive(self) -> int:
-    with self.lock:
-      return sum(1 for s in self.sessions.values() if s.ready)
+    return sum(1 for s in self.lobby.seated() if s.ready)
 
   def drop_silent(self) -> None:
     """Drops workers that sent nothing for `worker_timeout` seconds."""
     now = time.monotonic()
-    with self.lock:
-      silent = [s for s in self.sessions.values()
-                if s.ready and not s.waiting and now - s.last_seen > self.worker_timeout]
-      slow = [s for s in self.handshaking.values() if now - s.last_seen > HANDSHAKE_S]
+    silent = [s for s in self.lobby.seated()
+              if s.ready and not s.waiting and now - s.last_seen > self.worker_timeout]
+    slow = [s for s in self.lobby.entering() if now - s.last_seen > HANDSHAKE_S]
     for session in slow:  # A connection that does not say who it is, in time.
       session.timed_out = True
       session.abort()
@@ -197,9 +179,8 @@ class InferenceServer:
     return requests, held
 
   def _everyone_waiting(self, index: int, waiting: int) -> bool:
-    with self.lock:
-      mine = sum(1 for s in self.sessions.values()
-                 if s.ready and s.seat % len(self.devices) == index)
+    mine = sum(1 for s in self.lobby.seated()
+               if s.ready and s.seat % len(self.devices) == index)
     return waiting >= mine
 
   def _serve(self, index: int, requests: List[Request], stop: threading.Event) -> None:
@@ -226,7 +207,20 @@ class InferenceServer:
       entry = Trajectory(self._timestep(r.arrays),
                          jax.tree.map(take, before), action[rows],
                          jax.tree.map(take, extras))
-      r.session.acted(entry, version, r.arrays[-1], now - r.arrived, completed[i], stop)
+      sums = r.arrays[-1]
+      self.stats.add_worker(float(sums[4]) if sums[4] else now - r.arrived, float(sums[3]))
+      piece = r.session.acted(entry, version, sums)
+      if piece is not None:
+        self._fill(completed[i], piece, stop)
+
+  def _fill(self, seat: int, piece: Piece, stop: threading.Event) -> None:
+    """A worker's finished trajectory into its learner batch's seat; the batches that
+    completes go to the channel, filled and put under one lock, so that they reach it in
+    update order whichever inference thread completes them."""
+    with self.delivering:
+      for batch in self.seats.fill(seat, piece):
+        if not self._put(batch, stop):
+          return
 
   def _timestep(self, arrays: List[np.ndarray]) -> TimeStep:
     observation = jax.tree.unflatten(self.welcome["observation_tree"], arrays[3:-1])
@@ -245,14 +239,15 @@ class InferenceServer:
                for i in range(len(requests[0].arrays) - 1)]
     return slots.astype(np.int32), fresh, self._timestep(columns + [None])
 
-  def deliver(self, pieces: List[Piece], stop: threading.Event) -> bool:
-    """One learner batch from its workers' trajectories, to the data path's output
-    (a replay takes each worker's rows on their own: they continue its streams)."""
-    if getattr(self.output, "streams", False):
-      return all(self._deliver([p], stop, stream=p.stream) for p in pieces)
-    return self._deliver(pieces, stop)
+  def _put(self, pieces: List[Piece], stop: threading.Event) -> bool:
+    """One learner batch of its workers' trajectories into the channel (a replay takes
+    each worker's rows on their own: they continue its stream's); False if stopped."""
+    if self.channel.takes_streams():
+      return all(self._put_joined([p], stop, p.stream) for p in pieces)
+    return self._put_joined(pieces, stop)
 
-  def _deliver(self, pieces: List[Piece], stop: threading.Event, **stream: Any) -> bool:
+  def _put_joined(self, pieces: List[Piece], stop: threading.Event,
+                  stream: Any = None) -> bool:
     trajectory = jax.tree.map(lambda *xs: np.concatenate(xs, axis=1),
                               *[p.trajectory for p in pieces])
     versions = [v for p in pieces for v in p.versions]
@@ -261,8 +256,7 @@ class InferenceServer:
     batch = Batch(None, float(np.mean(versions)),
                   self.rollout_length * self.envs_per_worker * len(pieces),
                   sum(p.episodes for p in pieces), times, oldest_version=min(versions))
-    prepared = self.output.prepare(trajectory)
-    return self.output.deliver(prepared, batch, stop, **stream) is not None
+    return self.channel.put(trajectory, batch, stop, stream=stream) is not None
 
   restarts = 0  # set by the runtime's local workers
 

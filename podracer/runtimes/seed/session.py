@@ -1,33 +1,114 @@
 """One connected SEED worker's session on the wire (`WorkerSession`): its handshake
-(HELLO, the secret's challenge, its spec checked against the server's), its seat of
-slots, its steps queued for inference and its rollout handed on as learner batches."""
+(HELLO, the secret's challenge, its spec checked against the run's), its seat of slots,
+its steps submitted for inference and its rollout, returned to the inference thread as
+finished trajectories; and the `Lobby`, where sessions join, leave or are refused.
+
+Calls go one way: the server makes each session with the run's `Terms`, the `Lobby`,
+the `Seats` and a `submit` callback for its steps, and calls the session (its inference
+thread's `claim`, `answer`, `acted`; `say_bye`, `abort`); a session never calls the
+server back, and the lobby calls no session.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from podracer.distributed import auth, transport
 from podracer.runtimes.host import threads
 from podracer.runtimes.seed.inference import Request
-from podracer.runtimes.seed.seats import Piece, Rollout
+from podracer.runtimes.seed.seats import Piece, Rollout, Seats
 from podracer.types import PyTree
-
-if TYPE_CHECKING:  # (the server makes sessions; this module does not import it)
-  from podracer.runtimes.seed.server import InferenceServer
 
 MAX_HANDSHAKES = 16  # connections between their first byte and joining, at once
 HANDSHAKE_S = 10.0  # seconds a connection has from its last message to join
 
 
+@dataclasses.dataclass(frozen=True)
+class Terms:
+  """The run's rules for a worker, as the server states them to each session it makes."""
+  num_workers: int
+  overlap: int                   # the agent's trajectory_overlap
+  rollout_length: int
+  welcome: Dict[str, Any]        # what a worker is told on joining
+  step_layout: transport.Layout  # a STEP's arrays
+  door: Any                      # door.Door: each STEP checked before it is queued
+  secret: Optional[bytes]        # what a worker must prove (None: no challenge)
+  max_policy_lag: Optional[int]
+  worker_timeout: float
+  stopping: threading.Event      # set when the run ends: steps are answered BYE
+
+
+class Lobby:
+  """Who is connected: connections in their handshake (by id) and seated sessions (by
+  seat), with why the others were refused or dropped. Sessions tell it when they join,
+  leave or are refused; the server reads it."""
+
+  def __init__(self, num_workers: int, seed: int, stopping: threading.Event):
+    self.num_workers, self.seed, self.stopping = num_workers, seed, stopping
+    self.lock = threading.Lock()
+    self.sessions: Dict[int, "WorkerSession"] = {}     # by seat
+    self.handshaking: Dict[int, "WorkerSession"] = {}  # connections yet to join, by id
+    self.connections = 0
+    self.failures: List[str] = []   # why workers were refused or dropped, newest last
+    self.dropped = 0                # workers dropped (silent, bad data, lost)
+
+  def enter(self, session: "WorkerSession") -> None:
+    """A new connection; TransportError when MAX_HANDSHAKES are already in theirs."""
+    with self.lock:
+      if len(self.handshaking) >= MAX_HANDSHAKES:
+        raise transport.TransportError("too many connections in their handshake")
+      self.handshaking[id(session)] = session
+
+  def join(self, session: "WorkerSession") -> Optional[Tuple[int, int, Tuple[int, int]]]:
+    """(its seat, its environments' seed, its stream), or None when every seat is taken."""
+    with self.lock:
+      self.handshaking.pop(id(session), None)
+      free = [w for w in range(self.num_workers) if w not in self.sessions]
+      if not free:
+        return None
+      seat = free[0]
+      self.sessions[seat] = session
+      self.connections += 1
+      seed = (self.seed * 10_000 + 1_000 + seat + 7_919 * self.connections) % 2**31
+      return seat, seed, (seat, self.connections)
+
+  def leave(self, session: "WorkerSession", error: Optional[str]) -> None:
+    with self.lock:
+      if self.sessions.get(session.seat) is session:
+        del self.sessions[session.seat]
+    if error and not self.stopping.is_set():
+      self.dropped += 1
+      self.failures.append(f"worker {session.peer} (seat {session.seat}) was dropped: "
+                           f"{error}")
+
+  def refused(self, session: "WorkerSession", why: str) -> None:
+    """A connection that did not join: one line in the run's log."""
+    with self.lock:
+      self.handshaking.pop(id(session), None)
+    if not self.stopping.is_set():
+      self.failures.append(f"refused a connection from {session.peer}: {why}")
+
+  def seated(self) -> List["WorkerSession"]:
+    with self.lock:
+      return list(self.sessions.values())
+
+  def entering(self) -> List["WorkerSession"]:
+    with self.lock:
+      return list(self.handshaking.values())
+
+
 class WorkerSession(transport.Session):
   """One connected worker: its seat, its rollout, and the message it waits on."""
 
-  def __init__(self, server: InferenceServer, peer: str):
-    self.server, self.peer = server, peer
+  def __init__(self, peer: str, terms: Terms, lobby: Lobby, seats: Seats,
+               submit: Callable[[Request], None]):
+    self.peer, self.terms, self.lobby, self.seats, self.submit = (
+        peer, terms, lobby, seats, submit)
     self.seat = -1
     self.seed = 0
     self.stream = (-1, 0)
@@ -35,7 +116,7 @@ class WorkerSession(transport.Session):
     self.waiting = False    # a step of it is with the inference thread
     self.timed_out = False
     self.last_seen = time.monotonic()
-    self.rollout = Rollout(server.agent.trajectory_overlap, server.rollout_length)
+    self.rollout = Rollout(terms.overlap, terms.rollout_length)
     self.seat_now: Optional[int] = None   # learner batch of the current rollout
     self.episodes = np.zeros(3)
     self.fresh = True
@@ -44,12 +125,9 @@ class WorkerSession(transport.Session):
     self.nonce: Optional[bytes] = None           # the challenge it must answer
     self.drop_reason: Optional[str] = None       # why the server ends the connection
 
-  def seats_taken(self) -> List[int]:
-    return [] if self.seat_now is None else [self.seat_now]
-
   def limit(self, kind: int) -> int:
     if self.ready and kind == transport.STEP:
-      return self.server.step_layout.nbytes  # Exactly that, checked when unpacked.
+      return self.terms.step_layout.nbytes  # Exactly that, checked when unpacked.
     return transport.SMALL_MESSAGE
 
   def handle(self, kind: int, payload: bytes) -> Tuple[int, bytes]:
@@ -61,8 +139,8 @@ class WorkerSession(transport.Session):
     if kind == transport.SPEC and self.seat >= 0 and not self.ready:
       return self._spec(transport.decode_json(payload))
     if kind == transport.STEP and self.ready:
-      arrays = self.server.step_layout.unpack(payload)
-      problem = self.server.door.problem(payload, arrays)
+      arrays = self.terms.step_layout.unpack(payload)
+      problem = self.terms.door.problem(payload, arrays)
       if problem:  # Dropped before the step reaches a device; the run goes on.
         self.ready = False
         return self._refuse(f"it sent {problem}")
@@ -78,14 +156,14 @@ class WorkerSession(transport.Session):
     """A worker's first message: a challenge for the run's secret, or (with none) its
     admission."""
     self.hello = hello
-    if self.server.secret is None:
+    if self.terms.secret is None:
       return self._admit()
     self.nonce = auth.new_nonce()
     return transport.CHALLENGE, self.nonce
 
   def _auth(self, reply: bytes) -> Tuple[int, bytes]:
     nonce, self.nonce = self.nonce, None  # One answer per challenge.
-    if not auth.verify(self.server.secret, nonce, reply):
+    if not auth.verify(self.terms.secret, nonce, reply):
       return self._refuse("its answer does not prove the run's secret (a wrong or no "
                           "secret: see --secret_file and $PODRACER_SEED_SECRET).")
     return self._admit()
@@ -96,18 +174,19 @@ class WorkerSession(transport.Session):
     if version != __version__:
       return self._refuse(f"the worker runs podracer {version}, the server "
                           f"{__version__}; install the same version on both.")
-    seat = self.server.join(self)
-    if seat is None:
-      return self._refuse(f"the run has {self.server.num_workers} worker slots "
+    joined = self.lobby.join(self)
+    if joined is None:
+      return self._refuse(f"the run has {self.terms.num_workers} worker slots "
                           f"(runtime.num_workers), all taken.")
-    self.seat = seat
-    welcome = {k: v for k, v in self.server.welcome.items() if k != "observation_tree"}
+    self.seat, self.seed, self.stream = joined
+    seat = self.seat
+    welcome = {k: v for k, v in self.terms.welcome.items() if k != "observation_tree"}
     return transport.CONFIG, transport.encode_json(dict(welcome, seed=self.seed,
                                                         seat=seat))
 
   def _spec(self, spec: Dict[str, Any]) -> Tuple[int, bytes]:
     theirs = transport.Layout(spec.get("step", []))
-    ours = self.server.step_layout
+    ours = self.terms.step_layout
     if theirs.arrays != ours.arrays:
       describe = lambda layout: ", ".join(f"{d.name}{list(s)}" for s, d in layout.arrays)
       return self._refuse(f"the worker's environment steps [{describe(theirs)}] (step "
@@ -117,22 +196,21 @@ class WorkerSession(transport.Session):
     return transport.OK, b""
 
   def _step(self, arrays: List[np.ndarray]) -> Tuple[int, bytes]:
-    server = self.server
-    if server.stopping.is_set():
+    stopping = self.terms.stopping
+    if stopping.is_set():
       return transport.BYE, b""
     if self.seat_now is None:
-      self.seat_now = server.seats.take()
-    seat = self.seat_now
-    lag = server.max_policy_lag
-    required = -1 if lag is None else server.seats.update_of(seat) - lag
+      self.seat_now = self.seats.take()
+    lag = self.terms.max_policy_lag
+    required = -1 if lag is None else self.seats.update_of(self.seat_now) - lag
     request = Request(self, arrays, required, self.fresh, time.perf_counter())
     self.fresh = False
     self.waiting = True
-    server.requests[self.seat % len(server.devices)].put(request)
+    self.submit(request)
     if self.send is not None:
       return None  # The inference thread answers (`answer`).
     while not request.done.wait(threads.POLL):
-      if server.stopping.is_set():
+      if stopping.is_set():
         return transport.BYE, b""
     self.waiting = False
     self.last_seen = time.monotonic()
@@ -172,33 +250,29 @@ class WorkerSession(transport.Session):
     j, self.seat_now = self.seat_now, None
     return j
 
-  def acted(self, entry: PyTree, version: int, sums: np.ndarray, latency: float,
-            completed: Optional[int], stop: threading.Event) -> None:
+  def acted(self, entry: PyTree, version: int, sums: np.ndarray) -> Optional[Piece]:
     """Called by the inference thread with the entry acted for this worker's step
-    (after the reply); `completed` is what `claim` returned."""
+    (after the reply) and the step's episode sums; the worker's trajectory, if this
+    entry completed one (in the learner batch `claim` returned)."""
     self.episodes += sums[:3]
-    self.server.stats.add_worker(float(sums[4]) if sums[4] else latency, float(sums[3]))
     done = self.rollout.add(entry, version)
     if done is None:
-      return
+      return None
     trajectory, versions = done
     piece = Piece(trajectory, versions, self.episodes, self.stream)
     self.episodes = np.zeros(3)
-    # Filled and handed over under one lock: batches reach the queue in update order
-    # whichever inference thread completes them.
-    with self.server.delivering:
-      for batch in self.server.seats.fill(completed, piece):
-        if not self.server.deliver(batch, stop):
-          return
+    return piece
 
   def closed(self, error: Optional[str]) -> None:
     if self.timed_out:
-      error = (f"sent nothing for {self.server.worker_timeout:.0f} s "
+      error = (f"sent nothing for {self.terms.worker_timeout:.0f} s "
                f"(runtime.worker_timeout)" if self.seat >= 0 else
                f"did not join within {HANDSHAKE_S:.0f} s of its last message")
     error = self.drop_reason or error
     self.ready = False
-    if self.seat >= 0:
-      self.server.leave(self, error)
-    else:
-      self.server.refused(self, error or "it closed the connection before joining")
+    if self.seat < 0:
+      self.lobby.refused(self, error or "it closed the connection before joining")
+      return
+    self.lobby.leave(self, error)
+    if self.seat_now is not None:  # Its rollout's seat, for another worker's to take.
+      self.seats.release(self.seat_now)
