@@ -50,5 +50,31 @@ def pendulum_anakin() -> config_dict.ConfigDict:
   return presets.anakin(c, num_envs_per_device=8, rollout_length=1, updates_per_call=250)
 
 
-get_config = presets.getter("D4PG", {"pendulum_anakin": pendulum_anakin},
+def control_sebulba() -> config_dict.ConfigDict:
+  """D4PG on the DeepMind Control Suite's cartpole swingup from states (EnvPool's
+  `CartpoleSwingup-v1`; `--config.env.task_id` another EnvPool dm_control task) under
+  Sebulba at Acme's settings (Adam 1e-4, 256 x 256 networks, the support [-150, 150]
+  for rewards in [0, 1]): 2 actor threads of 8 environments, items of 4 steps and the 5
+  completing their targets in the lane's replay (`host`; Reverb in its lane),
+  prioritized, 64 items (256 transitions) an update and 8 items sampled per item
+  inserted (8 learned transitions per env step), learning from the 1,000th item;
+  200K env steps."""
+  c = _base(total_env_steps=200_000, hidden=256, v_min=-150.0, v_max=150.0)
+  c.replay = presets.replay(presets.lane_replay(), batch_size=64, max_size=50_000,
+                            min_size=1_000, samples_per_insert=8.0)
+  c.replay.priority_exponent = 0.6
+  c = presets.sebulba(c, presets.envpool("CartpoleSwingup-v1"), num_envs_per_actor=8,
+                      rollout_length=4)
+  c.runtime.updates_per_batch = 1  # 32 env steps x 8 = 64 items of 4
+  return c
+
+
+def control_seed() -> config_dict.ConfigDict:
+  """control_sebulba under SEED: 2 worker processes of 8 environments each."""
+  return presets.seed(control_sebulba(), num_local_workers=2, envs_per_worker=8)
+
+
+get_config = presets.getter("D4PG", {"pendulum_anakin": pendulum_anakin,
+                                     "control_sebulba": control_sebulba,
+                                     "control_seed": control_seed},
                             default="pendulum_anakin")

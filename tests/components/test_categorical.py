@@ -197,3 +197,19 @@ def test_c51_updates_learn_under_anakin():
   assert loss[:5].mean() > loss[-5:].mean()
   q = np.asarray(metrics["q_mean"]).reshape(-1)[learning]
   assert np.all((q >= 0.0) & (q <= 100.0))
+
+
+@pytest.mark.extended
+@pytest.mark.learning
+def test_c51_on_cartpole_holds_at_least_095x_dqns_iqm_at_the_same_settings(tmp_path):
+  """Seeds 0-4 in one program each, the configs' whole 500K env steps, as a user's
+  command runs them: the issue's bar, C51's IQM of the last-20 % means at least 0.95x
+  DQN's (`c51_cartpole_anakin` is `cartpole_anakin` but for the loss and the output
+  layer). 2026-12-07: C51 461.6, DQN 492.3, 0.94x: failing (docs/results/d4pg.md)."""
+  from tests.learning import iqm, last_fifth_means, launch_runs
+  figures = {}
+  for name in ("c51_cartpole_anakin", "cartpole_anakin"):
+    records = launch_runs(f"agents/dqn/config.py:{name}", tmp_path / name,
+                          "--config.num_runs=5", timeout=2400)
+    figures[name] = iqm(last_fifth_means(records))
+  assert figures["c51_cartpole_anakin"] >= 0.95 * figures["cartpole_anakin"], figures

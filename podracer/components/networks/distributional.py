@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from typing import Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import haiku as hk
 import jax
@@ -69,10 +69,12 @@ def categorical_q_network(spec: EnvSpec, torso: str = "mlp",
   return hk.without_apply_rng(hk.transform(forward))
 
 
-def critic_inputs(observation: jax.Array, action: jax.Array) -> jax.Array:
-  """[observation, action] flattened per example, as float32 [B, F]."""
+def critic_inputs(observation: Any, action: jax.Array) -> jax.Array:
+  """[observation, action] flattened per example, as float32 [B, F]; a dict observation
+  (the Control Suite's position, velocity, ...) is its leaves in key order."""
   flat = lambda x: jnp.reshape(x, (x.shape[0], -1)).astype(jnp.float32)
-  return jnp.concatenate([flat(observation), flat(action)], axis=-1)
+  return jnp.concatenate([flat(x) for x in jax.tree.leaves(observation)] + [flat(action)],
+                         axis=-1)
 
 
 @registry.networks.register("categorical_critic")
