@@ -136,3 +136,17 @@ def test_d4pg_pendulum_anakin_over_5_seeds_holds_minus_200(tmp_path):
   records = launch_runs("agents/d4pg/config.py:pendulum_anakin", tmp_path,
                         "--config.num_runs=5", timeout=3600)
   assert_reached_and_held(records, 5, held_iqm=-200)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["control_sebulba", "control_seed"])
+def test_d4pg_runs_on_the_control_suites_states_under_sebulba_and_seed(tmp_path, name):
+  """EnvPool's cartpole swingup (dict observations: position, velocity) under Sebulba's
+  actor threads and SEED's two worker processes, as a user launches it: 6K env steps,
+  learning from the 100th item, every update's record finite and within the support."""
+  records = launch_runs(f"agents/d4pg/config.py:{name}", tmp_path,
+                        "--config.total_env_steps=6000", "--config.replay.min_size=100")
+  assert records[-1]["env_steps"] >= 6000
+  learned = [r for r in records if r.get("learning", 0) > 0]
+  assert learned and all(np.isfinite(r["loss"]) and -150 <= r["q_mean"] <= 150
+                         for r in learned)
