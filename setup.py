@@ -89,6 +89,10 @@ EXTRAS_REQUIRE = {
     # Meta-learning a policy objective (podracer/meta/): evosax's evolution strategies.
     # evosax 0.2 needs jax >= 0.5: the default lane installs it, the reverb lane cannot.
     "meta": ["evosax>=0.2.0"],
+    # Networks of your own in Flax (linen or NNX) or Equinox, wrapped by
+    # podracer.components.networks.module (adapters.py); Haiku's are podracer's own.
+    "flax": ["flax>=0.10.0"],
+    "equinox": ["equinox>=0.11.0"],
     # The JAX suites researchers report on (podracer/components/environments/; docs/
     # environments.md), each its own extra; `suites` installs them all (the default lane
     # does; all need current JAX, so the reverb lane has none).

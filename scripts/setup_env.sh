@@ -4,7 +4,7 @@
 #   bash scripts/setup_env.sh default   # .venv:        Python >= 3.11, current JAX
 #   bash scripts/setup_env.sh reverb    # .venv-reverb: Python 3.11, dm-reverb + JAX 0.4.34
 #
-# It installs `pip install -c requirements/LANE.txt -e ".[EXTRAS]"` (default: test,jax-envs,wandb,meta,suites,video;
+# It installs `pip install -c requirements/LANE.txt -e ".[EXTRAS]"` (default: test,jax-envs,wandb,meta,suites,video,flax,equinox;
 # reverb: reverb,test) and records a hash of the
 # lock file (and of setup.py and the package version) in the venv; while that hash matches,
 # a later call does nothing. PODRACER_PYTHON=/path/to/python picks the interpreter for a new
@@ -16,7 +16,7 @@ cd "$ROOT"
 
 LANE="${1:-default}"
 case "$LANE" in
-  default) VENV=".venv"; LOCK="requirements/default.txt"; EXTRAS="test,jax-envs,wandb,meta,suites,video" ;;
+  default) VENV=".venv"; LOCK="requirements/default.txt"; EXTRAS="test,jax-envs,wandb,meta,suites,video,flax,equinox" ;;
   reverb) VENV=".venv-reverb"; LOCK="requirements/reverb.txt"; EXTRAS="reverb,test" ;;
   *) echo "setup_env: unknown lane '$LANE' (expected: default or reverb)" >&2; exit 2 ;;
 esac

@@ -9,6 +9,8 @@ muzero.py (`muzero_mlp`, `muzero_resnet`: MuZero's model), distributional.py
 (`categorical_q_network`, C51's; `categorical_critic`, D4PG's); torsos.py, heads.py, cores.py
 and conv.py are the parts they are made of; initializers.py has `Orthogonal`, haiku's,
 safe to vmap on a CPU (a network of your own that vmaps its init over runs should use it).
+adapters.py wraps a Flax linen, Flax NNX, Equinox or Haiku module of your own
+(`module(cls)`, registered like any network).
 """
 
 from podracer.components.networks.actor_critic import (RecurrentActorCritic,
@@ -23,6 +25,7 @@ from podracer.components.networks.continuous import (DeterministicPolicyNetwork,
                                                      squashed_gaussian_mode,
                                                      deterministic_policy,
                                                      squashed_gaussian_sample, twin_q)
+from podracer.components.networks.adapters import Network, module
 from podracer.components.networks.cores import LSTMCore
 from podracer.components.networks.distributional import (CategoricalHead,
                                                          categorical_critic,
@@ -46,5 +49,5 @@ __all__ = [
     "RecurrentActorCritic", "RecurrentQNetwork", "activation_fn", "recurrent_actor_critic",
     "atari_actor_critic", "mlp_actor_critic", "mlp_shared_actor_critic",
     "muzero_mlp", "muzero_resnet", "num_discrete_actions", "preprocess_image",
-    "q_network", "recurrent_q",
+    "q_network", "recurrent_q", "Network", "module",
 ]

@@ -1,0 +1,164 @@
+"""Networks of Flax linen, Flax NNX and Equinox (podracer/components/networks/adapters.py)
+wrapped to podracer's contract: the examples' PureJaxRL-style actor-critics
+(examples/networks/) train PPO on CartPole through PPO's own config and resume exactly;
+stateful modules, modules of no library and outputs that do not fit are refused by name."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import distrax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from agents.ppo import config as ppo_config
+from podracer import builder, launch, registry
+from podracer.components import networks
+from podracer.components.networks import PolicyValueOutput
+from podracer.config import presets
+from podracer.errors import ConfigError
+from podracer.registry import imports
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec
+
+launch.register_components_and_agents()
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = {library: str(ROOT / "examples" / "networks" / f"{name}_actor_critic.py")
+            for library, name in (("linen", "linen"), ("nnx", "nnx"), ("equinox", "equinox"))}
+NAMES = {"linen": "linen_actor_critic", "nnx": "nnx_actor_critic",
+         "equinox": "equinox_actor_critic"}
+CARTPOLE = EnvSpec(observation=ArraySpec((4,), np.float32), action=DiscreteSpec(2))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _examples_registered():
+  """The examples' networks registered for this module's tests, and unregistered after:
+  other modules check the registries against the docs."""
+  before = set(registry.networks.names())
+  imports.import_all(tuple(EXAMPLES.values()))
+  yield
+  for name in set(registry.networks.names()) - before:
+    registry.networks.unregister(name)
+
+
+@pytest.mark.parametrize("library", sorted(EXAMPLES))
+def test_each_library_s_network_keeps_the_contract(library):
+  net = registry.networks.get(NAMES[library])(spec=CARTPOLE)
+  observation = jnp.ones((3, 4))
+  keys = jax.random.split(jax.random.PRNGKey(0), 2)
+  params = jax.vmap(net.init, in_axes=(0, None))(keys, observation)  # Many runs.
+  assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(params))
+  first = jax.tree.map(lambda x: x[0], params)
+  second = jax.tree.map(lambda x: x[1], params)
+  assert any(not np.allclose(a, b)  # Each run its own initialisation.
+             for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(second)))
+  out = jax.jit(net.apply)(first, observation)
+  assert isinstance(out, PolicyValueOutput)
+  assert out.logits.shape == (3, 2) and out.value.shape == (3,)
+  # PureJaxRL's initialisation: a policy close to uniform at the start.
+  np.testing.assert_allclose(jax.nn.softmax(out.logits), 0.5, atol=0.05)
+  # The parameters are plain nested dicts: what a checkpoint saves and restores.
+  assert isinstance(first, dict)
+
+
+class _LinenBatchNorm(nn.Module):
+  action_dim: int
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.BatchNorm(use_running_average=True)(nn.Dense(8)(x))
+    return distrax.Categorical(logits=nn.Dense(self.action_dim)(x)), x[:, 0]
+
+
+class _NNXBatchNorm(nnx.Module):
+
+  def __init__(self, obs_dim: int, action_dim: int, *, rngs: nnx.Rngs):
+    self.dense = nnx.Linear(obs_dim, action_dim, rngs=rngs)
+    self.norm = nnx.BatchNorm(action_dim, rngs=rngs)
+
+  def __call__(self, x):
+    x = self.norm(self.dense(x))
+    return distrax.Categorical(logits=x), x[:, 0]
+
+
+def test_a_module_that_keeps_state_is_refused_by_name():
+  with pytest.raises(ConfigError, match=r"_NNXBatchNorm \(flax nnx\).*BatchStat"):
+    networks.module(_NNXBatchNorm)(spec=CARTPOLE)
+  net = networks.module(_LinenBatchNorm)(spec=CARTPOLE)
+  with pytest.raises(ConfigError, match=r"_LinenBatchNorm \(flax linen\).*batch_stats"):
+    jax.eval_shape(net.init, jax.random.PRNGKey(0), jnp.ones((3, 4)))
+
+
+def test_a_class_of_no_library_is_refused():
+  class NotAModule:  # pylint: disable=too-few-public-methods
+    pass
+  with pytest.raises(ConfigError, match="NotAModule.*flax.linen.Module"):
+    networks.module(NotAModule)
+
+
+class _ThreeActions(nn.Module):
+
+  @nn.compact
+  def __call__(self, x):
+    return distrax.Categorical(logits=nn.Dense(3)(x)), nn.Dense(1)(x)[:, 0]
+
+
+def test_an_output_that_does_not_fit_the_agent_is_named_at_build():
+  registry.networks.register("three_actions", networks.module(_ThreeActions))
+  c = small_config("three_actions", 8192)
+  with pytest.raises(ConfigError, match=r"network 'three_actions' returns `logits` of shape"):
+    builder.build(c)
+
+
+def small_config(network, total_env_steps):
+  """PPO on CartPole (PureJaxRL's settings, one device: 8,192 env steps a call) with a
+  constant learning rate, so a run resumed with a larger budget is the longer run."""
+  c = ppo_config.cartpole_anakin()
+  c.topology.num_devices = 1
+  c.optimizer.anneal = False
+  c.network = presets.section(network)
+  c.total_env_steps = total_env_steps
+  c.checkpoint_interval = 600.0  # (And at the end.)
+  return c
+
+
+def _records(workdir):
+  unequal = {"sps", "wall_time", "includes_compilation", "compile_s"}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [{k: v for k, v in json.loads(line).items() if k not in unequal} for line in f]
+
+
+@pytest.mark.slow  # Per library: 65,536 env steps, then 32,768 resumed to 65,536.
+@pytest.mark.parametrize("library", sorted(EXAMPLES))
+def test_each_library_s_network_trains_ppo_and_resumes_exactly(library, tmp_path):
+  whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
+  launch.launch(small_config(NAMES[library], 65_536), whole, stream=None)
+  launch.launch(small_config(NAMES[library], 32_768), split, stream=None)
+  launch.launch(small_config(NAMES[library], 65_536), split, stream=None)  # Resumes.
+  records = _records(whole)
+  assert _records(split) == records
+  returns = [r["episode_return"] for r in records if "episode_return" in r]
+  held = float(np.mean(returns[-max(1, len(returns) // 5):]))
+  assert held > 100, (library, returns)  # A random policy holds about 22.
+
+
+@pytest.mark.slow  # About 80 s on 2 cores: 98,304 env steps in turns with the learner.
+def test_sebulba_with_a_linen_network_learns(tmp_path):
+  """PPO's cartpole_sebulba config, its network the linen example's, acting and learning
+  in turns (`max_policy_lag=0`: the run is fixed by its seed), as a user types it."""
+  out = subprocess.run(
+      [sys.executable, "-m", "podracer.launch", "--config=agents/ppo/config.py:cartpole_sebulba",
+       f"--import={EXAMPLES['linen']}", "--config.network=linen_actor_critic",
+       "--config.runtime.max_policy_lag=0", "--config.total_env_steps=98304",
+       f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+      check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  records = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  returns = [r["episode_return"] for r in records if "episode_return" in r]
+  held = float(np.mean(returns[-max(1, len(returns) // 5):]))
+  assert held > 100, returns  # A random policy holds about 22.
