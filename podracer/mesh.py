@@ -15,8 +15,6 @@ with `jax.jit` and `jax.shard_map`, which is what `jax.pmap` did, on the API JAX
   local(tree)        a global array -> this process's rows, as host arrays.
   gather(tree)       a global array -> every row, as host arrays, on every process.
   learner_mesh(...)  Sebulba's and SEED's learner devices as a mesh of one run.
-  split_batch(n, tree)      [T, B, ...] -> [n, T, B/n, ...]: a batch's share per learner.
-  shard_over(devices, tree) [n, ...] -> the learner mesh's arrays, row i on devices[i].
 """
 
 from __future__ import annotations
@@ -35,6 +33,10 @@ from podracer.types import REPLICA_AXIS
 RUNS = "runs"
 DATA = REPLICA_AXIS
 AXES = (RUNS, DATA)
+# A replica's own devices (`topology.model`, issue 78): the compiler's axis, never manual
+# (podracer/components/shardings: which parameter splits over it). A mesh has it when
+# K > 1; at K = 1 the mesh is (runs, data) as before.
+MODEL = "model"
 
 try:  # jax >= 0.6
   from jax import shard_map as _shard_map  # pylint: disable=g-import-not-at-top
@@ -45,11 +47,19 @@ except ImportError:  # jax 0.4.34 (the Reverb lane)
 
 
 def mesh_shape(num_devices: int, num_runs: int = 1, runs: Optional[int] = None,
-               data: Optional[int] = None) -> Tuple[int, int]:
+               data: Optional[int] = None, model: int = 1) -> Tuple[int, int]:
   """(devices on the runs axis, devices on the data axis) for `num_devices` devices of
   all processes. By default runs spread over the devices when `num_runs` is a multiple
   of the device count (one program per device, no collective), else every run is
-  data-parallel over all devices. `topology.runs` / `topology.data` choose otherwise."""
+  data-parallel over all devices. `topology.runs` / `topology.data` choose otherwise.
+  With `model` = K > 1 each replica spans K devices: runs x data = num_devices / K."""
+  if model < 1 or num_devices % model:
+    raise ConfigError(
+        f"Config key `topology.model` is {model}: a replica spanning {model} devices needs "
+        f"a device count it divides, but the run has {num_devices} device(s). Set "
+        f"--config.topology.model to a divisor of {num_devices} (1: a replica on one "
+        "device).")
+  num_devices //= model
   if runs is None and data is None:
     runs = num_devices if num_runs > 1 and num_runs % num_devices == 0 else 1
   if runs is None:
@@ -70,8 +80,11 @@ def mesh_shape(num_devices: int, num_runs: int = 1, runs: Optional[int] = None,
   return runs, data
 
 
-def device_mesh(devices: Sequence[jax.Device], runs: int = 1) -> Mesh:
-  """The mesh over `devices` (all processes', process-major), `runs` rows of them."""
+def device_mesh(devices: Sequence[jax.Device], runs: int = 1, model: int = 1) -> Mesh:
+  """The mesh over `devices` (all processes', process-major), `runs` rows of them; with
+  `model` = K > 1 a third axis, `MODEL`: K consecutive devices hold one replica."""
+  if model > 1:
+    return Mesh(np.asarray(devices, dtype=object).reshape(runs, -1, model), AXES + (MODEL,))
   return Mesh(np.asarray(devices, dtype=object).reshape(runs, -1), AXES)
 
 
@@ -84,21 +97,6 @@ def learner_mesh(local: Sequence[jax.Device]) -> Mesh:
   """Sebulba's and SEED's learners: one run, data-parallel over `local` (this process's
   learner devices) and the same positions on every other process."""
   return _learner_mesh(tuple(local))
-
-
-def split_batch(num_learners: int, tree: Any) -> Any:
-  """[T, B, ...] leaves -> [L, T, B/L, ...]: learner i gets environments i*B/L to
-  (i+1)*B/L - 1 (B divides by L: the runtimes check it when they are built)."""
-  def split(x):
-    x = x.reshape(x.shape[0], num_learners, -1, *x.shape[2:])
-    return jax.numpy.moveaxis(x, 1, 0)
-  return jax.tree.map(split, tree)
-
-
-def shard_over(devices: Sequence[jax.Device], rows: Any) -> Any:
-  """[L, ...] arrays (anywhere) -> the learner mesh's arrays, row i on `devices[i]`
-  (this process's learners; with several processes, theirs sit beside them)."""
-  return put(learner_mesh(devices), rows)
 
 
 def first_row(tree: Any) -> Any:

@@ -109,6 +109,12 @@ class Anakin(Runtime):
     # The mesh: runs side by side on its `runs` axis, each run's replicas on its `data`
     # axis (podracer/runtimes/many_runs.py).
     self.mesh = topology.mesh
+    if mesh_lib.MODEL in self.mesh.axis_names:
+      raise ConfigError(
+          "Config key `topology.model` is above 1, but Anakin does not yet lay a replica "
+          "over several devices (issue 78: the sharding policies and the compiled step "
+          "exist, podracer/components/shardings; Anakin's state does not use them yet). "
+          "Set --config.topology.model=1.")
     self.mesh_runs, self.mesh_data = self.mesh.devices.shape
     self.runs_per_device = self.num_runs // self.mesh_runs
     self.many = (RunsOnMesh(runs, self.mesh, self._rows, population, schedule)

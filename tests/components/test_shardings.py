@@ -125,3 +125,11 @@ def test_param_bytes_per_device_are_measured_from_the_shards():
   replicated = jax.device_put(tree, NamedSharding(mesh, P()))
   assert shardings.bytes_per_device(replicated) == whole
   assert shardings.bytes_per_device(jnp.zeros(3)) == 12
+
+
+def test_a_policys_options_are_checked_and_listed_without_k():
+  with pytest.raises(ConfigError, match=r"`topology.sharding.min_sise`.*min_size"):
+    shardings.build(dict(name="fsdp", min_sise=4), 2)
+  from podracer.config.compose import section_defaults  # pylint: disable=import-outside-toplevel
+  assert dict(section_defaults(registry.shardings, "fsdp", "topology.sharding")) == dict(
+      name="fsdp", min_size=1024)

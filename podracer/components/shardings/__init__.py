@@ -5,8 +5,9 @@ replica", section 3.3): the mesh is (runs, data, model), the per-device program 
 manual over `runs` and `data`, and the `model` axis is the compiler's, told by the
 shardings of the arrays going in and out (podracer/mesh.py). A policy decides those
 shardings. It is registered in `registry.shardings` and picked by
-`--config.topology.sharding=NAME`; the registered factory takes `model` (K, given by
-the topology) and its own options, and returns a *rule*:
+`--config.topology.sharding=NAME`; the registered factory takes K (the topology's
+`model`) as its first, positional argument and its own options as keywords, and
+returns a *rule*:
 
     rule(path: str, shape: Tuple[int, ...]) -> PartitionSpec (or None: replicated)
 
@@ -22,35 +23,56 @@ split and one reduction joins them).
   state_specs(params, specs, state)  any state (optax's, a target network) as its
                                      parameters are; everything else replicated.
   bytes_per_device(tree)             bytes of one device's shards of global arrays.
+  spmd(fn, mesh, in_specs, out_specs)   `mesh.spmd` over a mesh with a `model` axis:
+                                     manual over runs and data, `model` the compiler's.
+  place(mesh, rows, specs)           rows ([runs x data, ...]) -> global arrays, each
+                                     row split over `model` as `specs` say.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 import jax
 import numpy as np
-from jax.sharding import PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from podracer import registry
+from podracer import mesh as mesh_lib
 from podracer.errors import ConfigError
 
-MODEL = "model"
+MODEL = mesh_lib.MODEL
+
+try:  # jax >= 0.6: manual over the axes named, the rest the compiler's.
+  from jax import shard_map as _shard_map  # pylint: disable=g-import-not-at-top
+
+  def _manual_rows(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
+    rows = PartitionSpec(mesh_lib.AXES)
+    return _shard_map(fn, mesh=mesh, in_specs=rows, out_specs=rows,
+                      axis_names=set(mesh_lib.AXES), check_vma=False)
+except ImportError:  # jax 0.4.34 (the Reverb lane): the compiler's axes named `auto`.
+  from jax.experimental.shard_map import shard_map as _shard_map  # type: ignore
+
+  def _manual_rows(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
+    rows = PartitionSpec(mesh_lib.AXES)
+    return _shard_map(fn, mesh=mesh, in_specs=rows, out_specs=rows,
+                      auto=frozenset({MODEL}), check_rep=False)
 
 Rule = Callable[[str, Tuple[int, ...]], Optional[PartitionSpec]]
 
 
 @registry.shardings.register("replicated")
-def replicated(model: int) -> Rule:
+def replicated(model: int, /) -> Rule:
   """Every parameter whole on every device of the replica (the default)."""
   del model
   return lambda path, shape: PartitionSpec()
 
 
 @registry.shardings.register("fsdp")
-def fsdp(model: int, min_size: int = 1024) -> Rule:
+def fsdp(model: int, /, min_size: int = 1024) -> Rule:
   """Each parameter of at least `min_size` elements split over `model` on the largest of
   its dimensions that K divides (the compiler gathers it where it is used, ZeRO-3 /
   FSDP); one that no dimension of which divides stays replicated, said in one line."""
@@ -73,7 +95,7 @@ _DENSE = re.compile(r"(?:^|/)linear_(\d+)/(w|b)$")
 
 
 @registry.shardings.register("tensor")
-def tensor(model: int) -> Rule:
+def tensor(model: int, /) -> Rule:
   """Megatron's MLP split: in a torso's dense layers `linear_0, linear_1, ...`, an even
   layer's weight [in, out] is split by columns (and its bias with them), the next, odd,
   layer's by rows (its bias whole), so the activation between them stays split and one
@@ -104,7 +126,12 @@ def build(sharding: Union[str, Mapping[str, Any], None], model: int,
   if not isinstance(section, Mapping) and not hasattr(section, "to_dict"):
     raise ConfigError(f"Config key `{key}` must name a sharding policy (one of "
                       f"{', '.join(registry.shardings.names())}), got {sharding!r}.")
-  return registry.build(registry.shardings, section, key=key, model=model)
+  options = dict(section.to_dict() if hasattr(section, "to_dict") else section)
+  name = options.pop("name", None) or "replicated"
+  factory = registry.shardings.get(name, key=f"{key}.name")
+  factory = functools.partial(factory, model)
+  registry.check_kwargs(factory, options, what=f"sharding '{name}'", key=key)
+  return factory(**options)
 
 
 def path_name(path: Tuple[Any, ...]) -> str:
@@ -199,3 +226,39 @@ def bytes_per_device(tree: Any) -> int:
     for shard in x.addressable_shards:
       held[shard.device] = held.get(shard.device, 0) + shard.data.nbytes
   return max(held.values(), default=0)
+
+
+def _is_spec(x: Any) -> bool:
+  return isinstance(x, PartitionSpec)
+
+
+def row_shardings(mesh: Mesh, specs: Any) -> Any:
+  """Model specs (of one row's arrays; a PartitionSpec() stands for a whole subtree) ->
+  the NamedShardings of the rows: the leading axis over runs and data, the rest as
+  each spec says over `model`."""
+  return jax.tree.map(lambda s: NamedSharding(mesh, PartitionSpec(mesh_lib.AXES, *s)),
+                      specs, is_leaf=_is_spec)
+
+
+def spmd(fn: Callable[..., Any], mesh: Mesh, in_specs: Tuple[Any, ...], out_specs: Any,
+         donate: bool = False) -> Callable[..., Any]:
+  """As `podracer.mesh.spmd` (`fn` of one device's rows, every argument and output with
+  a leading axis of runs x data rows), over a mesh whose `model` axis the compiler
+  partitions: `in_specs` (one tree of model specs an argument) and `out_specs` (the
+  outputs') place each row's arrays over the replica's devices, so `fn` is written as
+  for one device (no collective over `model` in it) and its collectives name `DATA` or
+  `RUNS` as before."""
+  def per_device(*args):
+    out = fn(*jax.tree.map(lambda x: x[0], args))
+    return jax.tree.map(lambda x: jax.numpy.expand_dims(x, 0), out)
+
+  return jax.jit(_manual_rows(per_device, mesh),
+                 in_shardings=tuple(row_shardings(mesh, s) for s in in_specs),
+                 out_shardings=row_shardings(mesh, out_specs),
+                 donate_argnums=(0,) if donate else ())
+
+
+def place(mesh: Mesh, rows: Any, specs: Any) -> Any:
+  """Rows (host or device arrays, [runs x data, ...]) -> global arrays of `mesh`, each
+  row over its replica's devices as `specs` say (one process)."""
+  return jax.device_put(rows, row_shardings(mesh, specs))

@@ -10,11 +10,12 @@ over its local devices and the mesh, so `replica_mean`, spans all hosts.
 from __future__ import annotations
 
 import sys
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import jax
 
 from podracer import distributed, registry, mesh as mesh_lib
+from podracer.components import shardings
 from podracer.errors import ConfigError
 
 
@@ -22,10 +23,14 @@ from podracer.errors import ConfigError
 class Replicate:
   """The whole program over `num_devices` local devices (all by default) of every process,
   as a mesh of `runs` x `data` devices (podracer/mesh.py: by default runs spread over the
-  devices when `num_runs` is a multiple of their count, else each run uses them all)."""
+  devices when `num_runs` is a multiple of their count, else each run uses them all).
+  `model` = K > 1 makes each replica span K devices, a third mesh axis, its parameters
+  and optimizer state laid over them by the `sharding` policy (registry.shardings:
+  `replicated`, `fsdp`, `tensor`, or one's own; a name or a section with its options)."""
 
   def __init__(self, num_devices: Optional[int] = None, platform: Optional[str] = None,
-               runs: Optional[int] = None, data: Optional[int] = None):
+               runs: Optional[int] = None, data: Optional[int] = None, model: int = 1,
+               sharding: Any = "replicated"):
     devices = jax.local_devices(backend=platform) if platform else jax.local_devices()
     if num_devices is not None:
       if not 1 <= num_devices <= len(devices):
@@ -37,12 +42,15 @@ class Replicate:
     self.devices: List[jax.Device] = devices
     self._asked = (runs, data)
     self._shape: Optional[Tuple[int, int]] = None
+    # A replica's devices (the mesh's `model` axis) and how its parameters lie on them.
+    self.model = model
+    self.rule = shardings.build(sharding, model)
 
   def arrange(self, num_runs: int) -> Tuple[int, int]:
     """Lays `num_runs` runs on the mesh: (devices on its runs axis, on its data axis);
     a split that does not fit is a ConfigError naming the keys (podracer/mesh.py)."""
     self._shape = mesh_lib.mesh_shape(self.num_devices * jax.process_count(), num_runs,
-                                      *self._asked)
+                                      *self._asked, model=self.model)
     return self._shape
 
   @property
@@ -53,7 +61,8 @@ class Replicate:
   @property
   def mesh(self) -> "jax.sharding.Mesh":
     """The mesh over this topology's devices of every process (process-major)."""
-    return mesh_lib.device_mesh(distributed.mesh_devices(self.devices), self.shape[0])
+    return mesh_lib.device_mesh(distributed.mesh_devices(self.devices), self.shape[0],
+                                self.model)
 
   @property
   def num_devices(self) -> int:
@@ -67,6 +76,7 @@ class Replicate:
   def __repr__(self) -> str:
     runs, data = self.shape
     layout = f", mesh runs={runs} x data={data}" if runs > 1 else ""
+    layout += f", model={self.model}" if self.model > 1 else ""
     return f"Replicate({self.num_devices} x {self.devices[0].platform}{layout})"
 
 
