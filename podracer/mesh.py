@@ -15,6 +15,8 @@ with `jax.jit` and `jax.shard_map`, which is what `jax.pmap` did, on the API JAX
   local(tree)        a global array -> this process's rows, as host arrays.
   gather(tree)       a global array -> every row, as host arrays, on every process.
   learner_mesh(...)  Sebulba's and SEED's learner devices as a mesh of one run.
+  split_batch(n, tree)      [T, B, ...] -> [n, T, B/n, ...]: a batch's share per learner.
+  shard_over(devices, tree) [n, ...] -> the learner mesh's arrays, row i on devices[i].
 """
 
 from __future__ import annotations
@@ -97,6 +99,21 @@ def learner_mesh(local: Sequence[jax.Device]) -> Mesh:
   """Sebulba's and SEED's learners: one run, data-parallel over `local` (this process's
   learner devices) and the same positions on every other process."""
   return _learner_mesh(tuple(local))
+
+
+def split_batch(num_learners: int, tree: Any) -> Any:
+  """[T, B, ...] leaves -> [L, T, B/L, ...]: learner i gets environments i*B/L to
+  (i+1)*B/L - 1 (B divides by L: the runtimes check it when they are built)."""
+  def split(x):
+    x = x.reshape(x.shape[0], num_learners, -1, *x.shape[2:])
+    return jax.numpy.moveaxis(x, 1, 0)
+  return jax.tree.map(split, tree)
+
+
+def shard_over(devices: Sequence[jax.Device], rows: Any) -> Any:
+  """[L, ...] arrays (anywhere) -> the learner mesh's arrays, row i on `devices[i]`
+  (this process's learners; with several processes, theirs sit beside them)."""
+  return put(learner_mesh(devices), rows)
 
 
 def first_row(tree: Any) -> Any:
