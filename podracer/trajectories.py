@@ -88,7 +88,7 @@ def join(groups: List[PyTree]) -> PyTree:
   return jax.tree.map(lambda *xs: jnp.concatenate(xs), *groups)
 
 
-# Compiled once at module level with static sizes: every run (and every `run_actors`
+# Compiled once at module level with static sizes: every run (and every benchmarks/actors.py
 # call) reuses one compilation rather than compiling its own closure mid-run.
 @functools.partial(jax.jit, static_argnums=(1,))
 def opening(pending: List[Trajectory], overlap: int) -> Trajectory:

@@ -13,12 +13,12 @@ default).
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import functools
 import queue
 import threading
-import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import jax
 import numpy as np
@@ -74,7 +74,7 @@ class HostRuntime(Runtime):
     self.agent, self.spec = agent, agent.spec
     self.env_factory, self.topology, self.options, self.plan, self.seed = (
         env_factory, topology, options, plan, seed)
-    self.producers = producers  # `run_actors` warms up two batches each.
+    self.producers = producers  # benchmarks/actors.py warms up two batches each.
     self.channel = channel_for(
         agent, topology.learner_devices, self.spec, batch_envs=batch_envs,
         rollout_length=options.rollout_length, queue_size=options.queue_size,
@@ -109,42 +109,29 @@ class HostRuntime(Runtime):
         self.learner_mesh, np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n)))
     return [nets, opt, experience]
 
-  def run_actors(self, seconds: float, warmup_batches: Optional[int] = None) -> float:
-    """Env steps/s of the producers alone (Sebulba's actor threads, SEED's server and
-    workers): initial parameters, no learner.
-
-    Trajectories are taken from the channel and dropped. The first `warmup_batches`
-    (default: two per producer, which covers compilation) are not counted.
-    """
-    if self.replay is not None:
-      raise ConfigError("run_actors measures actors that feed the learner queue; with a "
-                        "host replay their pace is the replay's rate limiter's.")
-    self.channel.open()
+  def initial_store(self) -> ParamsStore:
+    """A ParamsStore on the actor devices holding the learner's initial nets (version 0):
+    what the producers act with before any update (a learner-free measurement's)."""
     store = ParamsStore(self.topology.actor_devices)
     store.push(first_replica(self._start_learner()[0]), version=0)
+    return store
+
+  @contextlib.contextmanager
+  def producing(self, store: ParamsStore) -> Iterator[Tuple[threading.Event, Callable]]:
+    """The producers alone, no learner: they act with `store`'s parameters and `put` into
+    `self.channel` (opened anew) while the block runs. Yields (stop, poll): the event
+    set when a thread fails or stops, and what the main thread calls every while; on
+    exit the threads are shut down and the producers stopped."""
+    self.channel.open()
     group = threads.ThreadGroup()
-    warmup = 2 * self.producers if warmup_batches is None else warmup_batches
-    seen, steps, start = 0, 0, None
     try:
       self._spawn_producers(group, store, self.channel)
-      while not group.stop.is_set():
-        step = self.channel.get(group.stop)
-        if step is None:
-          break
-        batch, seen = step.batches[0], seen + 1
-        if seen == warmup + 1:
-          start = time.perf_counter()
-        elif seen > warmup + 1:
-          steps += batch.env_steps
-          if time.perf_counter() - start >= seconds:
-            break
-        self._poll(group)
+      yield group.stop, lambda: self._poll(group)
     finally:
       try:
         group.shutdown()
       finally:
         self._stop_producers()
-    return steps / (time.perf_counter() - start) if start is not None else 0.0
 
   # -- what callers ask of a runtime (podracer/runtime.py) ---------------------------
 

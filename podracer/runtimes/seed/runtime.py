@@ -262,7 +262,7 @@ class Seed(HostRuntime):
         num_workers=options.workers, envs_per_worker=options.envs_per_worker,
         rollout_length=options.rollout_length, batch_size=options.batch_size(len(lanes)),
         timeout_ms=options.inference_timeout_ms,
-        # None without a learner (`run_actors`): the parameters never change there.
+        # None without a learner (benchmarks/actors.py): the parameters never change there.
         max_policy_lag=None if lag_bound is None else lag_bound.max_lag,
         welcome=welcome, step_layout=self.step_layout(), mask_leaf=self._mask_leaf(),
         action_layout=transport.Layout(welcome["action"]),
