@@ -358,6 +358,7 @@ def _sebulba_config(quick: bool):
 
 def sebulba_section(rows: Rows, quick: bool, args) -> None:
   """EnvPool's own async mode over every core (the ceiling), actors alone, full."""
+  from benchmarks.actors import run_actors  # pylint: disable=import-outside-toplevel
   from benchmarks.timing import full_sps  # pylint: disable=import-outside-toplevel
   from podracer import builder  # pylint: disable=import-outside-toplevel
   del args
@@ -368,7 +369,7 @@ def sebulba_section(rows: Rows, quick: bool, args) -> None:
   ceiling = rows.add(f"{task}: EnvPool alone, async over {os.cpu_count()} threads, "
                      f"{total} envs", envpool_async_sps(config.env, total, seconds),
                      "env steps/s")
-  actors = builder.build(config).runtime.run_actors(seconds)
+  actors = run_actors(builder.build(config).runtime, seconds)
   rows.add(f"{task}: Sebulba actors alone (IMPALA, no learner)", actors, "env steps/s")
   full = rows.add(f"{task}: Sebulba full (IMPALA)", full_sps(config, 2 * seconds),
                   "env steps/s")

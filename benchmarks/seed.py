@@ -7,7 +7,7 @@ Prints, in one run:
   1. raw round trips/s of each transport (Unix socket, gRPC) for the config's step
      message (and for 16 Atari frames), one stream, request and reply alternating;
   2. workers alone, against a server that answers with random actions (their ceiling);
-  3. the server and workers without a learner (`run_actors`, initial parameters), and
+  3. the server and workers without a learner (benchmarks/actors.py, initial parameters), and
      full `seed` runs (learner included) per worker count, `envs_per_worker` each, with
      the median `inference_fill` and worker-seen latency p50/p99;
   4. Sebulba's full steps/s with the same total environments (2 actor threads);
@@ -32,6 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
+
+from benchmarks.actors import run_actors  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "agents/ppo/config.py:cartpole_seed", "A SEED config.")
@@ -211,7 +213,7 @@ def main(argv):
     c.runtime.num_local_workers = w
     c.runtime.envs_per_batch = min(c.runtime.envs_per_batch, w * bw)
     alone = workers_alone(c, w, seconds)
-    no_learner = builder.build(c).runtime.run_actors(seconds)
+    no_learner = run_actors(builder.build(c).runtime, seconds)
     seed_sps, fill, p50, p99 = full_run(c, seconds)
     print(f"{w:>7} {w * bw:>5} {alone:>10,.0f} {no_learner:>10,.0f} {seed_sps:>10,.0f} "
           f"{fill:>5.2f} "
