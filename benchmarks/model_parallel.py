@@ -1,0 +1,114 @@
+"""A replica over K devices (issue 78): bytes a device holds and what XLA compiles.
+
+For K = 1, 2, 4, 8 on 8 devices (data = 8 / K) and each sharding policy, one learner
+step of podracer's gradient step (Adam) on an MLP actor-critic of `--width` units,
+compiled with `podracer.components.shardings.spmd`; printed:
+
+  param_bytes_per_device  parameters + Adam state on one device, from the arrays' shards
+  replicated_bytes        the same, all of it on every device (K = 1's figure)
+  xla_argument_bytes      the compiled step's arguments per device (memory_analysis())
+  xla_temp_bytes          its temporaries per device
+  step_ms                 the median of `--repeats` steps (on a CPU the virtual devices
+                          share cores and have no fast links: said, not tuned for)
+
+    python benchmarks/model_parallel.py                      # 8 virtual CPU devices
+    python benchmarks/model_parallel.py --width=2048 --sharding=fsdp
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import optax  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from podracer import mesh, registry  # pylint: disable=g-import-not-at-top,wrong-import-position
+from podracer.builder import register_builtin_components  # pylint: disable=wrong-import-position
+from podracer.components import shardings  # pylint: disable=wrong-import-position
+from podracer.learning import Objective, gradient_step, init_opt_state  # pylint: disable=wrong-import-position
+from podracer.types import ArraySpec, DiscreteSpec, EnvSpec  # pylint: disable=wrong-import-position
+
+P = jax.sharding.PartitionSpec
+
+
+def objectives(network):
+  """PPO-shaped enough: a policy log-likelihood and a value regression, with Adam."""
+  def loss(nets, batch, key):
+    del key
+    out = network.apply(nets["policy"], batch["obs"])
+    logp = jax.nn.log_softmax(out.logits)
+    policy = -jnp.mean(jnp.take_along_axis(logp, batch["action"][:, None], 1))
+    return policy + jnp.mean((out.value - batch["ret"]) ** 2), {}
+  return (Objective("ac", loss, optax.adam(3e-4), owns=("policy",)),)
+
+
+def measure(width: int, sharding: str, model: int, batch_size: int, repeats: int) -> dict:
+  """One configuration's figures."""
+  devices = jax.devices()
+  data = len(devices) // model
+  spec = EnvSpec(observation=ArraySpec((4,), np.float32), action=DiscreteSpec(2))
+  network = registry.networks.get("mlp_actor_critic")(spec, hidden_sizes=(width, width))
+  obs = np.random.default_rng(0).normal(size=(data, batch_size, 4)).astype(np.float32)
+  batch = dict(obs=obs, action=(obs[..., 0] > 0).astype(np.int32),
+               ret=obs.sum(-1).astype(np.float32))
+  nets = {"policy": network.init(jax.random.PRNGKey(0), obs[0])}
+  objs = objectives(network)
+  opt = init_opt_state(objs, nets)
+  rows = lambda t: jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (data, *x.shape)), t)
+  grid = mesh.device_mesh(devices, 1, model) if model > 1 else mesh.device_mesh(devices)
+  if model > 1:
+    net_specs = shardings.param_specs(shardings.build(sharding, model), nets, model)
+    opt_specs = shardings.state_specs(nets, net_specs, opt)
+    step = shardings.spmd(lambda n, o, b: gradient_step(objs, n, o, b, None), grid,
+                          (net_specs, opt_specs, P()), (net_specs, opt_specs, P()))
+    state = shardings.place(grid, (rows(nets), rows(opt)), (net_specs, opt_specs))
+  else:
+    step = mesh.spmd(lambda n, o, b: gradient_step(objs, n, o, b, None), grid)
+    state = mesh.put(grid, (rows(nets), rows(opt)))
+  memory = step.lower(*state, batch).compile().memory_analysis()
+  times = []
+  for _ in range(repeats + 1):
+    start = time.perf_counter()
+    out = step(*state, batch)
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - start)
+    state = out[:2]
+  whole = sum(np.asarray(x[0]).nbytes for x in jax.tree.leaves(state))
+  return dict(sharding=sharding if model > 1 else "replicated", model=model, data=data,
+              param_bytes_per_device=shardings.bytes_per_device(state),
+              replicated_bytes=whole,
+              xla_argument_bytes=getattr(memory, "argument_size_in_bytes", None),
+              xla_temp_bytes=getattr(memory, "temp_size_in_bytes", None),
+              step_ms=round(1e3 * float(np.median(times[1:])), 2))
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--width", type=int, default=1024)
+  parser.add_argument("--batch_size", type=int, default=256, help="per data replica")
+  parser.add_argument("--sharding", default="fsdp,tensor")
+  parser.add_argument("--models", default="1,2,4,8")
+  parser.add_argument("--repeats", type=int, default=5)
+  args = parser.parse_args(argv)
+  register_builtin_components()
+  print(f"# {jax.device_count()} x {jax.devices()[0].platform}, JAX {jax.__version__}, "
+        f"MLP 4-{args.width}-{args.width} actor and critic, Adam")
+  for sharding in args.sharding.split(","):
+    for model in map(int, args.models.split(",")):
+      if model == 1 and sharding != args.sharding.split(",")[0]:
+        continue
+      print(measure(args.width, sharding, model, args.batch_size, args.repeats), flush=True)
+
+
+if __name__ == "__main__":
+  main()
