@@ -217,9 +217,11 @@ def _check_action_mask(config: Any, factory: Any, spec: Any) -> None:
 def build(config: Any, agent: Any = None) -> Experiment:
   """Looks every component of `config` up in the registries and wires them together.
 
-  One straight line: the plan from the config and topology, the environment's spec from
-  its factory, the agent, then the runtime given the agent. `agent` replaces the one
-  `config.agent` describes (tests use it to run a variant).
+  One straight line for one run: the plan from the config and topology, the
+  environment's spec from its factory, the agent, then the runtime given the agent.
+  Many runs of one program (`num_runs`, `sweep`, `population`, `schedule_from`) are
+  built apart (`_build_runs`), only when the config asks for them. `agent` replaces the
+  one `config.agent` describes (tests use it to run a variant).
   """
   register_builtin_components()
   imports.import_all(config.get(imports.CONFIG_KEY) or ())  # A user's own components.
@@ -231,6 +233,24 @@ def build(config: Any, agent: Any = None) -> Experiment:
   runtime_cls = registry.runtimes.get(_name(config.runtime, "runtime"), key="runtime.name")
   options = registry.build(registry.runtimes, config.runtime, key="runtime",
                            factory=runtime_cls.Options)
+  if runs_lib.asks_for_runs(config):
+    return _build_runs(config, agent, topology, runtime_cls, options)
+  plan = options.plan(topology, config.total_env_steps)
+  env_factory = EnvironmentFactory(config.env)
+  if agent is None:
+    spec = runtime_cls.environment_spec(env_factory, config.seed)
+    agent = build_agent(config, spec, plan.num_updates)
+  runtime = runtime_cls(_guarded(config, agent), env_factory, topology, options, plan,
+                        config.seed)
+  _check_video(config, runtime)
+  return Experiment(config, runtime, agent, plan)
+
+
+def _build_runs(config: Any, agent: Any, topology: Any, runtime_cls: Any,
+               options: Any) -> Experiment:
+  """Many runs in one program: the runs `num_runs`, `sweep` or `schedule_from` ask for
+  (checked against the runtime), laid on the mesh, PBT over them where `population`
+  asks, each run's agent from its swept values; the runtime's `for_runs()` class."""
   many = population_config.many_runs(config, config.runtime.name, runtime_cls.supports_runs)
   runs = many.runs
   if hasattr(topology, "arrange"):  # The mesh's runs x data split (podracer/mesh.py).
@@ -239,26 +259,31 @@ def build(config: Any, agent: Any = None) -> Experiment:
   many = population_config.with_population(many, config, plan.updates_per_round,
                                            plan.num_updates)
   env_factory = EnvironmentFactory(config.env)
-  spec = runtime_cls.environment_spec(env_factory, config.seed) if agent is None or runs else None
+  spec = runtime_cls.environment_spec(env_factory, config.seed)
   if agent is None:
     agent = build_agent(config, spec, plan.num_updates)
-  # The runtime steps a guarded agent; the experiment shows the agent as built.
   nan_policy = config.get("nan_policy", "stop")
-  guarded = guards.GuardedAgent(agent, nan_policy)
-  extras: Dict[str, Any] = {}
-  if runs:
-    extras = dict(runs=runs, agent_for=_agent_for(config, runs, spec, plan.num_updates,
-                                                  nan_policy))
-  if many.population:
-    extras["population"] = many.population
-  if many.schedule:
-    extras["schedule"] = many.schedule
-  runtime = runtime_cls(guarded, env_factory, topology, options, plan, config.seed, **extras)
-  if config.get("eval_video"):  # Recorded at the end of the run: can it be?
+  extras = dict(runs=runs, agent_for=_agent_for(config, runs, spec, plan.num_updates,
+                                                nan_policy))
+  extras.update({k: v for k, v in (("population", many.population),
+                                   ("schedule", many.schedule)) if v})
+  runtime = runtime_cls.for_runs()(_guarded(config, agent), env_factory, topology,
+                                   options, plan, config.seed, **extras)
+  _check_video(config, runtime)
+  return Experiment(config, runtime, agent, plan, many=many)
+
+
+def _guarded(config: Any, agent: Any) -> guards.GuardedAgent:
+  """The runtime steps a guarded agent; the experiment shows the agent as built."""
+  return guards.GuardedAgent(agent, config.get("nan_policy", "stop"))
+
+
+def _check_video(config: Any, runtime: Any) -> None:
+  """`eval_video` is recorded at the end of the run: can it be?"""
+  if config.get("eval_video"):
     watched = video.watchable_env(runtime, "Config key `eval_video`")
     if getattr(watched, "kind", None) != "jax":
       watched.close()  # A host environment made only to check it renders.
-  return Experiment(config, runtime, agent, plan, many=many)
 
 
 def _agent_for(config: Any, runs: runs_lib.Runs, spec: Any, total_updates: int,

@@ -30,8 +30,10 @@ class Experiment:
   def __init__(self, config: Any, runtime: Runtime, agent: Any, plan: Plan,
                runs: Optional[Runs] = None, many: Optional[ManyRuns] = None):
     self.config, self.runtime, self.agent, self.plan = config, runtime, agent, plan
-    self.many = many or ManyRuns(runs, None, None)
-    self.runs = self.many.runs
+    if many is None and runs:
+      many = ManyRuns(runs, None, None)
+    self.many = many  # What many runs of one program ask (builder._build_runs), or None.
+    self.runs = many.runs if many else None
     # Set by `train`: what a launcher reports from when a signal stops it (None before).
     self.logger: Optional[MetricsLogger] = None
     self.checkpointer: Optional[checkpoint.Checkpointer] = None

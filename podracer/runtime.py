@@ -92,8 +92,17 @@ class Runtime(abc.ABC):
   Options: ClassVar[type]
   environment_kind: ClassVar[str]
   # Whether it trains many runs in one program (`num_runs`, `sweep`, `population`):
-  # Anakin; a runtime that does takes `runs`, `agent_for`, `population` and `schedule`.
+  # Anakin. The builder builds those with its `for_runs()` class.
   supports_runs: ClassVar[bool] = False
+
+  @classmethod
+  def for_runs(cls) -> type:
+    """The class that trains many runs of this runtime in one program (asked only where
+    `supports_runs`, and only for a config that asks for many runs): built with `runs`,
+    `agent_for`, and `population` and `schedule` where given, besides the six arguments
+    of one run. By default the class itself (before 0.22 a runtime took them in its own
+    constructor); Anakin's is AnakinRuns."""
+    return cls
 
   @classmethod
   def environment_args(cls, seed: int) -> Dict[str, Any]:

@@ -125,9 +125,10 @@ def test_a_swept_value_traced_gives_bitwise_what_the_same_constant_gives():
       "agent.discount": [0.99], "agent.gae_lambda": [0.95]})
   # One run, the same program shape: the constants' run, vmapped over one run too.
   built = builder.build(constant).runtime
-  plain = type(built)(built.agent, builder.EnvironmentFactory(constant.env), built.topology,
-                      type(built).Options(**SMALL), built.plan, constant.seed,
-                      runs=runs_lib.Runs((constant.seed,)), agent_for=lambda _: built.agent)
+  plain = type(built).for_runs()(
+      built.agent, builder.EnvironmentFactory(constant.env), built.topology,
+      type(built).Options(**SMALL), built.plan, constant.seed,
+      runs=runs_lib.Runs((constant.seed,)), agent_for=lambda _: built.agent)
   a, _ = steps(plain, 3)
   b, _ = steps(builder.build(traced).runtime, 3)
   assert all(jax.tree.leaves(jax.tree.map(np.array_equal, a.agent.nets, b.agent.nets)))

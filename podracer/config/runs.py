@@ -52,6 +52,17 @@ class Runs:
     return {key: list(values) for key, values in self.swept.items()}
 
 
+def asks_for_runs(config: Any) -> bool:
+  """Whether the config asks for anything but one plain run: `num_runs` other than 1, a
+  `sweep`, a `population.kind` other than none, or `schedule_from`. Only then does the
+  builder read those keys (and refuse a malformed one): one run never reads them."""
+  num_runs = config.get("num_runs", 1)
+  population = config.get("population") or {}
+  return (type(num_runs) is not int or num_runs != 1  # pylint: disable=unidiomatic-typecheck
+          or bool(flatten(config.get("sweep") or {}))
+          or population.get("kind", "none") != "none" or bool(config.get("schedule_from")))
+
+
 def from_config(config: Any) -> Optional[Runs]:
   """The runs `num_runs` and `sweep` ask for; None for one plain run (the default)."""
   num_runs = config.get("num_runs", 1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,6 @@ import numpy as np
 
 from podracer.lifecycle import evaluation as evaluation_lib, preemption
 from podracer import mesh as mesh_lib, registry, trajectories
-from podracer.config.runs import Runs
 from podracer.agent import Agent
 from podracer.components.environments.base import VectorEnv, VectorEnvState
 from podracer.errors import ConfigError, EnvironmentStepError
@@ -29,9 +28,7 @@ from podracer.experience import host_replay
 from podracer.lifecycle.memory import check_device_fits, tree_bytes
 from podracer.logs.meters import RateMeter, Window, device_counts, episode_sums, warming_up
 from podracer.runtime import Plan, Runtime, plan_rounds
-from podracer.config.population import Population, Schedule
-from podracer.runtimes import population as population_lib
-from podracer.runtimes.many_runs import RunsOnMesh, check_sweep_traces
+from podracer.runtimes.many_runs import ManyRunsOfAnakin
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
                             replica_sum, strip_weak_types)
@@ -72,18 +69,24 @@ class AnakinOptions:
 
 @registry.runtimes.register("anakin")
 class Anakin(Runtime):
-  """Compiles act-and-learn into one replicated program for JAX environments."""
+  """Compiles act-and-learn into one replicated program for JAX environments: one run
+  (`AnakinRuns`, below, trains many in one program)."""
 
   Options = AnakinOptions
   environment_kind = "jax"
 
-  supports_runs = True  # `num_runs` and `sweep` (podracer/config/runs.py)
+  supports_runs = True  # `num_runs`, `sweep`, `population`: `for_runs()`, AnakinRuns
+  runs = None  # One run: no `num_runs` x `sweep` (AnakinRuns has them).
+  num_runs = runs_per_device = 1
+  _memory_keys: Tuple[str, ...] = ()  # Config keys that size the state besides one run's
+  _vmapped = False  # Whether one run's program is vmapped (over runs)
+
+  @classmethod
+  def for_runs(cls) -> type:
+    return AnakinRuns
 
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
-               options: AnakinOptions, plan: Plan, seed: int, runs: Optional[Runs] = None,
-               agent_for: Optional[Callable[[Dict[str, Any]], Agent]] = None,
-               population: Optional[Population] = None,
-               schedule: Optional[Schedule] = None):
+               options: AnakinOptions, plan: Plan, seed: int):
     if not hasattr(topology, "mesh") or not hasattr(topology, "num_replicas"):
       raise ConfigError("Anakin needs a topology that replicates over devices "
                         "(`topology.name=replicate`).")
@@ -100,14 +103,9 @@ class Anakin(Runtime):
     self.updates_per_call = options.updates_per_call
     self.plan = plan
     self.steps_per_call, self.num_calls = plan.env_steps_per_round, plan.num_rounds
-    # Many runs (podracer/config/runs.py): one run's program vmapped over the `runs` axis, each
-    # run's agent built by `agent_for` from its swept values (traced in the program).
-    self.runs, self._agent_for = runs, agent_for
-    self.num_runs = runs.num_runs if runs else 1
-    self.population = population  # PBT over the runs, or None
-    self.calls_done = 0  # Calls stepped (from the resumed one): when PBT's step is due.
-    # The mesh: runs side by side on its `runs` axis, each run's replicas on its `data`
-    # axis (podracer/runtimes/many_runs.py).
+    self.calls_done = 0  # Calls stepped (from the resumed one).
+    # The mesh: a run's replicas on its `data` axis (many runs side by side on its `runs`
+    # axis: podracer/runtimes/many_runs.py).
     self.mesh = topology.mesh
     if mesh_lib.MODEL in self.mesh.axis_names:
       raise ConfigError(
@@ -116,42 +114,23 @@ class Anakin(Runtime):
           "exist, podracer/components/shardings; Anakin's state does not use them yet). "
           "Set --config.topology.model=1.")
     self.mesh_runs, self.mesh_data = self.mesh.devices.shape
-    self.runs_per_device = self.num_runs // self.mesh_runs
-    self.many = (RunsOnMesh(runs, self.mesh, self._rows, population, schedule)
-                 if runs else None)
     self._on_cpu = all(d.platform == "cpu" for d in self.mesh.devices.flat)
     state_bytes = self._state_bytes()
     self._check_memory(state_bytes)
-    init, step = self._init_replica, compile_once(self._run_updates, "The Anakin step")
-    if runs:
-      # Runs are initialised one by one (see `init`), then stepped together.
-      init = self._init_run
-      step = compile_once(self.many.population_step(self._run_updates_of_run) if population
-                          else jax.vmap(self._run_updates_of_run), "The Anakin step")
+    init, step = self._program()
     self._init = mesh_lib.spmd(init, self.mesh)
     self._step = mesh_lib.spmd(step, self.mesh, donate=self._donates(state_bytes))
 
   # -- program ---------------------------------------------------------------------
 
-  def _state_bytes(self) -> int:
-    """Bytes of one replica's state (all its runs), from its abstract shapes (nothing is
-    allocated). With a sweep this traces one run's program: a swept key that sets a
-    shape or the structure is refused here, before anything compiles."""
-    key = jax.random.PRNGKey(0)
-    if not self.runs:
-      return tree_bytes(jax.eval_shape(self._init_replica, key, key))
-    check_sweep_traces(self.runs, self._abstract_run)
-    first = {k: v[0] for k, v in self.runs.values().items()}
-    return self.runs_per_device * tree_bytes(jax.eval_shape(self._init_run, key, key, first))
+  def _program(self):
+    """(init(nets_key, key), step(state)) of one replica, before `mesh.spmd`."""
+    return self._init_replica, compile_once(self._run_updates, "The Anakin step")
 
-  def _abstract_run(self, values: Dict[str, Any]) -> Any:
-    """One run's first update, traced for its shapes only (on a replica axis of one)."""
-    def first_update(hparams):
-      key = jax.random.PRNGKey(0)
-      state = self._init_run(key, key, hparams)
-      return self._update(state, None, self._run_agent(hparams))
-    one_replica = jax.vmap(first_update, axis_name=REPLICA_AXIS, in_axes=None, axis_size=1)
-    return jax.eval_shape(one_replica, {k: v[0] for k, v in values.items()})
+  def _state_bytes(self) -> int:
+    """Bytes of one replica's state, from its abstract shapes (nothing is allocated)."""
+    key = jax.random.PRNGKey(0)
+    return tree_bytes(jax.eval_shape(self._init_replica, key, key))
 
   def _check_memory(self, state_bytes: int) -> None:
     """One replica's state and the trajectory its update holds (twice: the rollout's
@@ -164,9 +143,7 @@ class Anakin(Runtime):
     needed += (self.runs_per_device - 1) * 2 * tree_bytes(trajectory)
     if self._on_cpu:
       needed *= len(local)
-    keys = ["runtime.num_envs_per_device", "runtime.rollout_length"]
-    if self.runs:
-      keys.append("num_runs")
+    keys = ["runtime.num_envs_per_device", "runtime.rollout_length", *self._memory_keys]
     if getattr(self.agent, "replay", None) is not None:
       keys.append("replay.max_size")
     check_device_fits(
@@ -178,18 +155,8 @@ class Anakin(Runtime):
     return not self._on_cpu or state_bytes >= DONATE_MIN_CPU_BYTES
 
   def init(self) -> AnakinState:
-    """Equal parameters, different environments on each replica of a run. Run r of many
-    starts from `runs.seeds[r]` exactly as a single run with that seed."""
-    if not self.runs:
-      return self._init(*mesh_lib.put(self.mesh, self._replica_keys(lambda _: 0)))
-    # One call per run a device holds, stacked on a runs axis after the devices': XLA:CPU
-    # deadlocked on a vmapped init over several devices (batched QR of orthogonal
-    # initialisers, jaxlib 0.10: two in one program hang on 2+ host devices); a run's init
-    # is cheap anyway. Call j initialises the j-th run of every device.
-    states = [mesh_lib.local(self._init(*mesh_lib.put(self.mesh, self._replica_keys(
-        lambda group, j=j: group * self.runs_per_device + j)), self.many.hparams_of(j)))
-              for j in range(self.runs_per_device)]
-    return self._place(jax.tree.map(lambda *xs: np.stack(xs, axis=1), *states))
+    """Equal parameters, different environments on each replica of the run."""
+    return self._init(*mesh_lib.put(self.mesh, self._replica_keys(lambda _: 0)))
 
   def _place(self, state: AnakinState) -> AnakinState:
     """This process's rows of `state` (host arrays) laid out as the step's outputs are,
@@ -204,7 +171,7 @@ class Anakin(Runtime):
   def _replica_keys(self, run_of: Callable[[int], int]):
     """Per device: the parameters' key (the same on a run's replicas) and the replica's
     own key, from the seed of run `run_of(run group)` (the run's own seed)."""
-    seeds = self.runs.seeds if self.runs else [self.seed]
+    seeds = self._run_seeds()
     nets, replicas = [], []
     for group, replica in self._rows():
       nets_key, run_key = jax.random.split(jax.random.PRNGKey(seeds[run_of(group)]))
@@ -212,18 +179,9 @@ class Anakin(Runtime):
       replicas.append(np.asarray(jax.random.fold_in(run_key, replica)))
     return np.stack(nets), np.stack(replicas)
 
-  def _run_agent(self, hparams: Dict[str, Any]) -> Agent:
-    """The agent of one run: built with its swept values (traced), or the agent."""
-    return self._agent_for(hparams) if hparams else self.agent
-
-  def _init_run(self, nets_key, key, hparams) -> AnakinState:
-    state = self._init_replica(nets_key, key, self._run_agent(hparams))
-    if self.population:
-      state = state._replace(population=population_lib.init_state(hparams))
-    return state
-
-  def _run_updates_of_run(self, state: AnakinState, hparams):
-    return self._run_updates(state, self._run_agent(hparams))
+  def _run_seeds(self) -> Tuple[int, ...]:
+    """Each run's seed (one run: the config's)."""
+    return (self.seed,)
 
   def _init_replica(self, nets_key, key, agent: Optional[Agent] = None) -> AnakinState:
     agent = agent or self.agent
@@ -249,7 +207,7 @@ class Anakin(Runtime):
     def env_step(carry, step_key):
       env_state, action, actor_state = carry
       env_state, timestep, stats = self.env.step(env_state, action)
-      if self._on_cpu and not self.runs:  # (jax 0.4's vmap has no rule for the barrier)
+      if self._on_cpu and not self._vmapped:  # (jax 0.4's vmap has no rule for the barrier)
         # Without the barrier XLA:CPU fuses the auto-reset select into the first layer and
         # keeps the observation column-major, which moves that layer's dot off the fast
         # (YNN) kernels: 5-7% of a 4-env PPO CartPole program (benchmarks/anakin.py).
@@ -306,49 +264,41 @@ class Anakin(Runtime):
     """Runs `updates_per_call` updates on every replica: the new state, the metrics as
     [U] numpy arrays and the episode sums [U, 3] (see `metrics.episode_sums`); with many
     runs, [R, U] and [R, U, 3]."""
-    inputs = (self.many.call_inputs(self.calls_done, self.steps_per_call,
-                                    self.updates_per_call) if self.runs else ())
-    state, out = self._step(state, *inputs)
+    state, out = self._step(state, *self._call_inputs())
     self.calls_done += 1
     metrics, episodes = self.per_run(out)
     return state, metrics, episodes
 
+  def _call_inputs(self) -> Tuple[Any, ...]:
+    """What the next call takes besides the state: nothing, for one run."""
+    return ()
+
   def hparams_now(self, state: AnakinState) -> Optional[Dict[str, np.ndarray]]:
-    """Each run's current hyperparameter values, {key: [R]} (host arrays): the swept
-    values (or a schedule's), or under PBT the values each member holds now; None for
-    one run."""
-    return self.many.hparams_now(state) if self.runs else None
+    """Each run's current hyperparameter values, {key: [R]} (host arrays); None for one
+    run (AnakinRuns: the swept, scheduled or PBT members' values)."""
+    del state
+    return None
 
   def per_run(self, rows: Any) -> Any:
-    """Host arrays of each run from rows of the mesh: replica 0's row of a single run (a
-    run's replicas agree after psum/pmean); with many runs, each run's [R, ...], read from
-    the first replica of each run group."""
-    if not self.runs:
-      return jax.tree.map(lambda x: x[0], mesh_lib.local(rows))
-    return self.many.per_run(rows)
+    """Host arrays of the run from rows of the mesh: replica 0's row (a run's replicas
+    agree after psum/pmean); with many runs, each run's [R, ...]."""
+    return jax.tree.map(lambda x: x[0], mesh_lib.local(rows))
 
   def _evaluator(self, evaluation: Any) -> Callable[[AnakinState, int], Any]:
-    """The evaluation's record fields (`eval_return`; `eval_win_rate` for a self-play
+    """[the evaluation's record fields] (`eval_return`; `eval_win_rate` for a self-play
     game) for replica 0's parameters, on a fresh batch of the environment's
-    `evaluation_env`; with many runs, a list of each run's (its own agent and parameters,
-    the same key)."""
-    env = VectorEnv(self.env.env.evaluation_env(), evaluation.episodes)
-    games = bool(self.agent.spec.zero_sum)
-    plain = lambda results: {k: float(v) for k, v in results.items()}
-    if not self.runs:
-      play = jax.jit(functools.partial(evaluation_lib.jax_results, self.agent, env,
-                                       games=games))
-      return lambda state, env_steps: plain(play(
-          self.per_run(state.agent.nets), evaluation.key(env_steps)))
-    play_run = lambda nets, hp, key: evaluation_lib.jax_results(
-        self._run_agent(hp), env, nets, key, games)
-    play = jax.jit(jax.vmap(play_run, in_axes=(0, 0, None)))
+    `evaluation_env`; with many runs, each run's."""
+    env, games = self._evaluation_env(evaluation)
+    play = jax.jit(functools.partial(evaluation_lib.jax_results, self.agent, env,
+                                     games=games))
+    return lambda state, env_steps: [_plain(play(
+        self.per_run(state.agent.nets), evaluation.key(env_steps)))]
 
-    def each_run(state, env_steps):
-      results = play(self.per_run(state.agent.nets), self.hparams_now(state),
-                     evaluation.key(env_steps))
-      return [plain({k: v[r] for k, v in results.items()}) for r in range(self.num_runs)]
-    return each_run
+  def _evaluation_env(self, evaluation: Any):
+    """(a fresh VectorEnv of `evaluation.episodes` evaluation environments, whether the
+    environment is a self-play game)."""
+    env = VectorEnv(self.env.env.evaluation_env(), evaluation.episodes)
+    return env, bool(self.agent.spec.zero_sum)
 
   def saved_state(self, checkpointer: Any) -> AnakinState:
     """The latest checkpoint's state, laid on this run's mesh."""
@@ -372,13 +322,9 @@ class Anakin(Runtime):
     return self._run_of(nets, run, f"the checkpoint in {checkpointer.directory}")
 
   def _run_of(self, nets: Any, run: int, where: str) -> Any:
-    if not self.runs:
-      if run:
-        raise ConfigError(f"--run={run}: {where} holds one run (run 0).")
-      return nets
-    if not 0 <= run < self.num_runs:
-      raise ConfigError(f"--run={run}: {where} holds runs 0-{self.num_runs - 1}.")
-    return jax.tree.map(lambda x: x[run], nets)
+    if run:
+      raise ConfigError(f"--run={run}: {where} holds one run (run 0).")
+    return nets
 
   def environment_to_watch(self, seed: int = 0) -> Any:
     """The run's JAX environment (one; videos vmap nothing)."""
@@ -443,6 +389,30 @@ class Anakin(Runtime):
     """What a checkpoint keeps beside the state: env steps, and the mesh it was laid on."""
     return dict(env_steps=calls * self.steps_per_call, mesh=list(self.mesh.devices.shape))
 
+  # -- what a call's records are (AnakinRuns: one per run) -----------------------------
+
+  def each_run(self, out: Any) -> List[Any]:
+    """[`out`] of each run (one run: `out` itself)."""
+    return [out]
+
+  def labels(self, state: AnakinState, updates: int) -> List[Dict[str, Any]]:
+    """What each run's records carry besides the window's fields (one run: nothing)."""
+    del state, updates
+    return [{}]
+
+  def write_records(self, logger: Any, records: List[Dict[str, Any]],
+                    compile_step: bool) -> None:
+    logger.write(records[0], compile_step=compile_step)
+
+
+class AnakinRuns(ManyRunsOfAnakin, Anakin):
+  """Anakin's many runs in one program (`num_runs` x `sweep`, a replayed schedule, PBT):
+  one run's program vmapped over them; podracer/runtimes/many_runs.py says how."""
+
+
+def _plain(results: Dict[str, Any]) -> Dict[str, float]:
+  return {k: float(v) for k, v in results.items()}
+
 
 class _CallRecords:
   """Turns one call's metrics and episode sums into its records (one per run) and writes
@@ -460,10 +430,7 @@ class _CallRecords:
     anakin = self.anakin
     steps = anakin.steps_per_call
     env_steps = (call + 1) * steps
-    runs = anakin.runs
-    per_run = ([(metrics, episodes)] if not runs else
-               [jax.tree.map(lambda x, r=r: x[r], (metrics, episodes))
-                for r in range(runs.num_runs)])
+    per_run = anakin.each_run((metrics, episodes))
     evaluated = None
     if self.evaluate and self.evaluation.due(env_steps - steps, env_steps):
       evaluated = self.evaluate(state, env_steps)
@@ -471,7 +438,7 @@ class _CallRecords:
     if self.meter:  # Summed over runs by the counters: each run's share.
       rates = {k: v / (1 if k == "sample_to_insert_ratio" else anakin.num_runs) for k, v in
                self.meter.rates(*device_counts(self.replay, state.agent.experience)).items()}
-    labels = self._labels(state, (call + 1) * anakin.updates_per_call)
+    labels = anakin.labels(state, (call + 1) * anakin.updates_per_call)
     records = []
     for r, (run_metrics, run_episodes) in enumerate(per_run):
       window = Window()
@@ -481,16 +448,8 @@ class _CallRecords:
       window.add_metrics(run_metrics)
       record = window.record(env_steps=env_steps, updates=(call + 1) * anakin.updates_per_call)
       if evaluated is not None:
-        record.update(evaluated[r] if runs else evaluated)
+        record.update(evaluated[r])
       record.update(rates)
       record.update(warming_up(record, self.replay))
-      records.append({**labels[r], **record} if runs else record)
-    if runs:
-      logger.write_runs(records, compile_step=compile_step)
-    else:
-      logger.write(records[0], compile_step=compile_step)
-
-  def _labels(self, state: AnakinState, updates: int):
-    """Each run's labels (podracer/runtimes/many_runs.py), or None for one run."""
-    many = self.anakin.many
-    return many.labels(state, updates) if many else None
+      records.append({**labels[r], **record})
+    anakin.write_records(logger, records, compile_step)
