@@ -5,17 +5,16 @@ model 4 its update equals the replicated one's at data 2, while each device hold
 quarter of what is split (8 virtual CPU devices, tests/conftest.py)."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
+from benchmarks import model_parallel
 from podracer import mesh, registry
 from podracer.builder import register_builtin_components
 from podracer.components import shardings
 from podracer.components.topologies import Replicate
 from podracer.errors import ConfigError
-from podracer.learning import Objective, gradient_step, init_opt_state
+from podracer.learning import gradient_step, init_opt_state
 from podracer.types import ArraySpec, DiscreteSpec, EnvSpec
 
 register_builtin_components()
@@ -50,17 +49,6 @@ def _network():
   return registry.networks.get("mlp_actor_critic")(spec, hidden_sizes=(WIDTH, WIDTH))
 
 
-def _objectives(network):
-  def loss(nets, batch, key):
-    del key
-    out = network.apply(nets["policy"], batch["obs"])
-    logp = jax.nn.log_softmax(out.logits)
-    policy = -jnp.mean(jnp.take_along_axis(logp, batch["action"][:, None], 1))
-    value = jnp.mean((out.value - batch["ret"]) ** 2)
-    return policy + value, dict(value=value)
-  return (Objective("ac", loss, optax.adam(1e-3), owns=("policy",)),)
-
-
 def _rows(tree):
   return jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (DATA, *np.shape(x))), tree)
 
@@ -73,7 +61,7 @@ def _step(sharding, model):
   batch = dict(obs=obs, action=(obs[..., 0] > 0).astype(np.int32),
                ret=obs.sum(-1).astype(np.float32))
   nets = {"policy": network.init(jax.random.PRNGKey(0), obs[0])}
-  objectives = _objectives(network)
+  objectives = model_parallel.objectives(network)
   opt = init_opt_state(objectives, nets)
   devices = jax.local_devices()[:DATA * model]
   grid = mesh.device_mesh(devices, 1, model) if model > 1 else None
@@ -90,7 +78,7 @@ def _step(sharding, model):
                       out_specs=(net_specs, opt_specs, jax.sharding.PartitionSpec()))
   placed = shardings.place(grid, (_rows(nets), _rows(opt)), (net_specs, opt_specs))
   new_nets, new_opt, metrics = fn(*placed, batch)
-  assert np.isfinite(jax.device_get(metrics["value"])).all()
+  assert np.isfinite(jax.device_get(metrics["loss"])).all()
   assert new_nets["policy"]["actor_torso/linear_1"]["w"].sharding.spec == (
       jax.sharding.PartitionSpec(("runs", "data"), *net_specs["policy"]
                                  ["actor_torso/linear_1"]["w"]))
