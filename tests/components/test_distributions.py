@@ -112,8 +112,15 @@ def test_a_wrong_distribution_for_the_actions_is_one_paragraph_naming_the_fix():
   with pytest.raises(ConfigError, match=r"is a continuous distribution, but the environment "
                      r"has 3 discrete actions"):
     check_distribution(ClippedNormal(continuous), discrete, "PPO")
-  for low, high in ((-np.inf, 1.0), (0.0, np.inf), (1.0, 1.0)):
-    with pytest.raises(ConfigError, match=r"'tanh_normal'.*finite action bounds"):
+  for low, high in ((-np.inf, 1.0), (0.0, np.inf)):
+    with pytest.raises(ConfigError, match=r"'tanh_normal'.*finite action bounds.*"
+                       r"distribution\.name=normal"):
       TanhNormal(_spec(low, high))
-  with pytest.raises(ConfigError, match=r"acts within the action bounds.*has none"):
-    ClippedNormal(EnvSpec(OBS, ArraySpec((2,), np.float32)))
+  with pytest.raises(ConfigError, match=r"'tanh_normal'.*minimum is not below its maximum"):
+    TanhNormal(_spec(1.0, 1.0))
+  with pytest.raises(ConfigError, match=r"'tanh_normal'.*has no bounds.*distribution\.name="
+                     r"normal"):
+    TanhNormal(EnvSpec(OBS, ArraySpec((2,), np.float32)))
+  # `normal` is the unbounded Gaussian: no bounds, or infinite ones, and it does not clip.
+  unbounded = ClippedNormal(EnvSpec(OBS, ArraySpec((2,), np.float32)))
+  assert np.isneginf(unbounded.minimum).all() and np.isposinf(unbounded.maximum).all()
