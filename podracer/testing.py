@@ -6,6 +6,7 @@
     env = testing.FakeEnvironment(spec, episode_length=3)           # JAX, for Anakin
     timesteps, stats = testing.rollout(env, num_envs=2, num_steps=7)
     host = testing.FakeHostEnvironment(spec, num_envs=2, episode_length=3)  # for Sebulba
+    testing.check_dm_env(MyDmEnv)       # dm_env's own conformance tests, on one of yours
     testing.check_network(network, spec, policy_logits=(2,), value=())
     before, after, metrics = testing.one_update(config)
     sample, metrics = testing.traced_update(agent, trajectory_spec, batch_size=64)
