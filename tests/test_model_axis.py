@@ -105,3 +105,23 @@ def _at(tree, path):
   for k in path:
     tree = tree[getattr(k, "key", getattr(k, "idx", None))]
   return tree
+
+
+def test_the_launcher_refuses_a_k_the_devices_do_not_divide(tmp_path):
+  from tests.test_launch import launch  # pylint: disable=import-outside-toplevel
+  result = launch("--config=agents/ppo/config.py:cartpole_anakin",  # One CPU device.
+                  "--config.topology.model=2", f"--workdir={tmp_path}")
+  message = " ".join(result.stderr.split())
+  assert result.returncode == 2 and "`topology.model` is 2" in message, result.stderr
+  assert "divisor of 1" in message and "Traceback" not in result.stderr
+
+
+def test_anakin_refuses_a_replica_over_several_devices_naming_the_key():
+  from agents.ppo.config import cartpole_anakin  # pylint: disable=import-outside-toplevel
+  from podracer import builder  # pylint: disable=import-outside-toplevel
+  from podracer.launch import register_components_and_agents  # pylint: disable=import-outside-toplevel
+  register_components_and_agents()
+  config = cartpole_anakin()
+  config.topology.model, config.topology.sharding = 2, "tensor"
+  with pytest.raises(ConfigError, match="`topology.model` is above 1, but Anakin"):
+    builder.build(config)
