@@ -108,6 +108,10 @@ PUBLIC: Dict[str, Tuple[str, ...]] = {
     "podracer.components.normalizers": (),
     "podracer.components.replay": (),
     "podracer.components.optimizers": ("adam", "rmsprop"),
+    "podracer.components.shardings": ("MODEL", "Rule", "replicated", "fsdp", "tensor", "build",
+                                      "param_specs", "state_specs", "check_spec",
+                                      "path_name", "bytes_per_device", "row_shardings",
+                                      "spmd", "place"),
     "podracer.components.topologies": ("Replicate", "ActorLearner"),
     "podracer.components.loggers": (),
 }
