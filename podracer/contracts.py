@@ -98,7 +98,9 @@ def check_bounds(spec: Any, component: str) -> None:
   if not isinstance(action, ArraySpec) or (action.minimum is None and action.maximum is None):
     return
   fix = ("give float bounds with minimum < maximum per dimension (ArraySpec(..., "
-         "minimum=..., maximum=...)), or minimum=None, maximum=None for unbounded actions")
+         "minimum=..., maximum=...)), or minimum=None, maximum=None for unbounded actions (which "
+         "only PPO, recurrent PPO and IMPALA take, with `distribution.name=normal`; "
+         "docs/agents.md's bounds table)")
   found = {}
   for side in ("minimum", "maximum"):
     value = getattr(action, side)

@@ -141,7 +141,7 @@ def rollout(env: Environment, num_envs: int, num_steps: int, seed: int = 0,
             policy: Optional[Callable[[TimeStep, jax.Array], jax.Array]] = None
             ) -> Tuple[TimeStep, EpisodeStats]:
   """Steps `num_envs` copies of a JAX environment (auto-reset, as Anakin does) with
-  random actions, or `policy(timestep, key)`: timesteps [num_steps + 1, B] from the first
+  random actions (uniform within finite bounds, never NaN for infinite ones), or `policy(timestep, key)`: timesteps [num_steps + 1, B] from the first
   and episode statistics [num_steps, B]."""
   vector = VectorEnv(env, num_envs)
   spec = env.spec()
@@ -181,14 +181,25 @@ def fake_trajectory(spec: EnvSpec, num_envs: int = 2, length: int = 5, seed: int
 
 
 def _random_actions(spec: EnvSpec, key: jax.Array, batch: Tuple[int, ...]) -> jax.Array:
-  """Uniformly random actions of `spec`: int32 indices, or floats within the bounds."""
+  """Random actions of `spec`: int32 indices; floats uniform within finite bounds, N(0, 1)
+  where there are none, and a finite bound plus or minus |N(0, 1)| where one side is
+  infinite."""
   if isinstance(spec.action, DiscreteSpec):
     return jax.random.randint(key, batch, 0, spec.action.num_values).astype(jnp.int32)
   shape = (*batch, *spec.action.shape)
   if spec.action.minimum is None or spec.action.maximum is None:  # Unbounded: N(0, 1).
     return jax.random.normal(key, shape, jnp.float32)
   low, high = bound_arrays(spec.action)
-  return jax.random.uniform(key, shape, jnp.float32, low, high)
+  uniform_key, normal_key = jax.random.split(key)
+  finite_low, finite_high = np.isfinite(low), np.isfinite(high)
+  bounded = finite_low & finite_high
+  uniform = jax.random.uniform(uniform_key, shape, jnp.float32, np.where(bounded, low, 0.0),
+                               np.where(bounded, high, 1.0))
+  # An infinite bound leaves that side unbounded: N(0, 1), or its half past a finite bound.
+  normal = jax.random.normal(normal_key, shape, jnp.float32)
+  unbounded = jnp.where(finite_low, low + jnp.abs(normal),
+                        jnp.where(finite_high, high - jnp.abs(normal), normal))
+  return jnp.where(bounded, uniform, unbounded)
 
 
 def check_dm_env(make_env: Callable[[], Any]) -> int:

@@ -180,6 +180,28 @@ def test_a_misspelt_section_at_the_command_line_gets_a_did_you_mean(tmp_path, ov
           "`observation_normalizer`?") in said, said
 
 
+@pytest.mark.parametrize("minimum, maximum", [(None, None), (-np.inf, np.inf)])
+def test_sac_and_td3_networks_without_finite_bounds_offer_a_fix_that_works(minimum, maximum):
+  """A tanh policy network (SAC's, TD3's) given no or infinite bounds names the fix: finite
+  bounds with clipping, or PPO's `normal`, the one agent that takes unbounded actions."""
+  from podracer.components.networks.continuous import action_bounds  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match=r"'gaussian_policy'.*finite bounds and clip.*"
+                     r"examples/point_mass.*distribution\.name=normal"):
+    action_bounds(_spec(minimum, maximum), "gaussian_policy")
+
+
+def test_a_misspelt_section_in_a_config_file_gets_a_did_you_mean():
+  """The same typo as at the command line, written in a config file (`check_used`)."""
+  from agents.ppo import config as ppo_config  # pylint: disable=import-outside-toplevel
+  from podracer.config import compose  # pylint: disable=import-outside-toplevel
+  config = ppo_config.pendulum_anakin()
+  with config.unlocked():
+    config.observation_normaliser = dict(config.observation_normalizer)
+  with pytest.raises(ConfigError, match=r"`observation_normaliser` is not read by anything; "
+                     r"did you mean `observation_normalizer`\?"):
+    compose.check_used(config)
+
+
 # -- SAC's and TD3's records ------------------------------------------------------------
 
 

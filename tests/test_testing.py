@@ -105,3 +105,25 @@ def test_the_readmes_component_test_passes(registered):
   example = (root / "examples" / "component_test.py").read_text()
   body = example.split('"""', 2)[2].strip()
   assert body in (root / "docs" / "components.md").read_text()
+
+
+@pytest.mark.parametrize("minimum, maximum", [((0.0, -0.5), (1.0, 0.5)),
+                                              (-np.inf, np.inf),
+                                              ((0.0, -np.inf), (np.inf, 0.5))])
+def test_rollout_acts_within_the_bounds_and_never_nan_for_infinite_ones(minimum, maximum):
+  """A user's environment test built on `rollout`: finite bounds give uniform actions
+  inside them; an infinite side gives finite actions past the finite one (it was NaN)."""
+  from podracer.types import ArraySpec, EnvSpec  # pylint: disable=import-outside-toplevel
+  spec = EnvSpec(observation=ArraySpec((1,), np.float32, "observation"),
+                 action=ArraySpec((2,), np.float32, "action", minimum=minimum,
+                                  maximum=maximum))
+  actions = np.asarray(testing._random_actions(spec, jax.random.PRNGKey(0), (2000,)))
+  low, high = np.broadcast_to(minimum, 2), np.broadcast_to(maximum, 2)
+  assert np.isfinite(actions).all()
+  assert (actions >= low).all() and (actions <= high).all()
+  bounded = np.isfinite(low) & np.isfinite(high)
+  width = np.where(bounded, high - low, 1.0)
+  # Uniform: the mean near the middle, the extremes near the bounds.
+  np.testing.assert_allclose(np.where(bounded, actions.mean(0), 0.0),
+                             np.where(bounded, (low + high) / 2, 0.0), atol=0.05)
+  assert (np.where(bounded, actions.max(0) - actions.min(0), width) > 0.95 * width).all()

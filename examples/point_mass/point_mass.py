@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from podracer import registry
-from podracer.components.environments.base import Environment, restart, transition
+from podracer.components.environments import Environment, restart, transition
 from podracer.types import ArraySpec, EnvSpec, TimeStep
 
 

@@ -137,9 +137,9 @@ def check_used(config: Any) -> None:
       raise ConfigError(f"Config section `{key}` is not used: agent "
                         f"'{config.agent.name}' takes no {key} component. Remove the "
                         f"section; {sections_message(config)}")
-    raise ConfigError(f"Config key `{key}` is not read by anything; "
-                      f"{sections_message(config)} A module that reads a new top-level key "
-                      "declares it in RUN_KEYS.")
+    raise ConfigError(f"Config key `{key}` is not read by anything;{_close_key(config, key)} "
+                      f"{sections_message(config)} (A module of one's own that reads a new "
+                      "top-level key declares it in podracer.config.compose.RUN_KEYS.)")
 
 
 def component_target(reg: registry.Registry, name: str, key: str) -> Any:

@@ -69,6 +69,12 @@ def squashed_gaussian_mode(output: GaussianOutput, minimum: jax.Array,
   return centre + half_width * jnp.tanh(output.mean)
 
 
+_BOUNDS_FIX = ("Give the environment's action spec finite bounds and clip the actions it "
+               "is given, as examples/point_mass does; only PPO, recurrent PPO and "
+               "IMPALA take unbounded actions, with `--config.distribution.name=normal` "
+               "(docs/agents.md's bounds table).")
+
+
 def action_bounds(spec: EnvSpec, network: str) -> Tuple[np.ndarray, np.ndarray]:
   """float32 (minimum, maximum) of the action's shape, or a ValueError saying the network
   needs bounded continuous actions."""
@@ -77,11 +83,11 @@ def action_bounds(spec: EnvSpec, network: str) -> Tuple[np.ndarray, np.ndarray]:
                                                               np.floating)
       or action.minimum is None or action.maximum is None):
     raise ValueError(f"Network '{network}' needs a bounded continuous action spec (a float "
-                     f"ArraySpec with minimum and maximum), got action spec {action!r}.")
+                     f"ArraySpec with minimum and maximum), got action spec {action!r}. {_BOUNDS_FIX}")
   low, high = bound_arrays(action)
   if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
     raise ValueError(f"Network '{network}' needs finite action bounds with minimum < "
-                     f"maximum, got {action.minimum!r} and {action.maximum!r}.")
+                     f"maximum, got {action.minimum!r} and {action.maximum!r}. {_BOUNDS_FIX}")
   return low, high
 
 
