@@ -285,3 +285,16 @@ def test_the_point_mass_example_trains_ppo_and_sac(tmp_path, agent, steps):
                         f"--config.total_env_steps={steps}", timeout=600)
   means = last_fifth_means(records)
   assert len(means) == 3 and min(means) >= bar, (means, bar)
+
+
+def test_float64_observations_are_said_once_a_source_and_cast(capsys):
+  from podracer.components.environments.host import float32_observation_spec  # pylint: disable=import-outside-toplevel
+  spec = {"position": ArraySpec((2,), np.float64, "position"),
+          "count": ArraySpec((), np.int32, "count")}
+  for _ in range(3):
+    cast = float32_observation_spec(spec, "test source 81")
+  assert cast["position"].dtype == np.float32 and cast["count"].dtype == np.int32
+  said = capsys.readouterr().err
+  assert said.count("test source 81 gives float64 observations") == 1, said
+  float32_observation_spec({"count": spec["count"]}, "test source 81b")
+  assert "81b" not in capsys.readouterr().err

@@ -95,7 +95,8 @@ class DmEnv(HostEnvironment):
     else:
       raise NotImplementedError(f"dm_env action spec {action!r} is not a single array; "
                                 "podracer agents take one discrete or continuous action.")
-    return EnvSpec(observation=float32_observation_spec(observation), action=action)
+    return EnvSpec(observation=float32_observation_spec(observation, repr(self)),
+                   action=action)
 
   def reset(self) -> Tuple[TimeStep, EpisodeStats]:
     timestep = self._batch([env.reset() for env in self._envs])

@@ -103,7 +103,7 @@ class EnvPool(HostEnvironment):
     observation = self._assemble({
         k: _array_spec(states[k], "obs" if k == "obs" else k[4:].split(".")[-1])
         for k in self._obs_keys})
-    return EnvSpec(observation=float32_observation_spec(observation),
+    return EnvSpec(observation=float32_observation_spec(observation, repr(self)),
                    action=_action_spec(self._env.spec))
 
   def reset(self) -> Tuple[TimeStep, EpisodeStats]:

@@ -95,7 +95,7 @@ class Gymnasium(HostEnvironment):
       raise RuntimeError(f"Gymnasium built a vector env for {env_id} that does not reset "
                          "in NEXT_STEP mode, which podracer's step convention needs.")
     self._spec = EnvSpec(observation=float32_observation_spec(
-        _observation_spec(self._env.single_observation_space)),
+        _observation_spec(self._env.single_observation_space), f"Gymnasium's {env_id}"),
                          action=_action_spec(self._env.single_action_space))
     space = self._env.single_action_space
     self._action_offset = int(getattr(space, "start", 0)) if hasattr(space, "n") else 0

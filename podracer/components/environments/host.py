@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import sys
 from typing import Any, Tuple
 
 import jax
@@ -124,13 +125,25 @@ def _float32(x: Any) -> Any:
   return x.astype(np.float32) if x.dtype == np.float64 else x
 
 
-def float32_observation_spec(observation: PyTree) -> PyTree:
-  """An observation spec with float64 leaves declared float32, where they enter."""
+_SAID_FLOAT64: set = set()
+
+
+def float32_observation_spec(observation: PyTree, source: str = "a host environment"
+                             ) -> PyTree:
+  """An observation spec with float64 leaves declared float32, where they enter; says so
+  once a process for each `source` that gives float64 observations."""
+  found = []
   def one(spec):
     if isinstance(spec, ArraySpec) and np.dtype(spec.dtype) == np.float64:
+      found.append(spec)
       return dataclasses.replace(spec, dtype=np.dtype(np.float32))
     return spec
-  return jax.tree.map(one, observation)
+  cast = jax.tree.map(one, observation)
+  if found and source not in _SAID_FLOAT64:
+    _SAID_FLOAT64.add(source)
+    sys.stderr.write(f"note: {source} gives float64 observations; podracer casts them to "
+                     "float32 where they enter (docs/environments.md).\n")
+  return cast
 
 
 def episode_stats(done, episode_return, episode_length) -> EpisodeStats:
