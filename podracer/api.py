@@ -123,6 +123,13 @@ def public_names(module_name: str) -> Tuple[str, ...]:
   return names or tuple(importlib.import_module(module_name).__all__)
 
 
+def _ours(component: Any) -> bool:
+  """Whether podracer or its agents define `component` (not a user's module or an
+  example a test imported, which register into the same registries)."""
+  module = getattr(component, "__module__", None) or ""
+  return module.split(".")[0] in ("podracer", "agents")
+
+
 def surface() -> Dict[str, Any]:
   """The public surface as plain data: each name's kind and signature (a class's with its
   public members), every runtime's option keys and every component's config keys."""
@@ -137,7 +144,7 @@ def surface() -> Dict[str, Any]:
   runtimes = {name: _options(registry.runtimes.get(name).Options)
               for name in registry.runtimes.names() if not name.startswith("test_")}
   components = {kind: {name: _keys(reg.get(name)) for name in reg.names()
-                       if not name.startswith("test_")}
+                       if not name.startswith("test_") and _ours(reg.get(name))}
                 for kind, reg in registry.ALL.items() if kind != "runtimes"}
   import podracer  # pylint: disable=import-outside-toplevel
   moved = {old: new for old, (new, _) in sorted(podracer.MOVED_MODULES.items())}
