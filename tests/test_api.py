@@ -177,3 +177,17 @@ def test_the_0_17_renames_keep_the_old_names_working_warning_once(monkeypatch):
     with pytest.warns(DeprecationWarning, match=r"was renamed .* in podracer 0\.17\.0; it "
                       r"keeps working until 0\.19\.0"):
       assert call() == expected
+
+
+def test_a_users_registered_component_is_not_part_of_the_surface():
+  """A component registered by a module outside podracer and agents/ (the point-mass
+  example, which test_continuous_user imports) leaves the recorded surface as it is,
+  whatever order the tests run in."""
+  sys.path.insert(0, str(ROOT / "examples" / "point_mass"))
+  try:
+    import point_mass  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  finally:
+    sys.path.remove(str(ROOT / "examples" / "point_mass"))
+  from podracer import registry  # pylint: disable=import-outside-toplevel
+  assert "point_mass" in registry.environments.names()
+  assert "point_mass" not in api.surface()["component_keys"]["environments"]
