@@ -14,6 +14,7 @@ import subprocess
 import sys
 from typing import Dict, List, Sequence
 
+import numpy as np
 from scipy.stats import trim_mean
 
 from podracer.logs.metrics import tail_mean
@@ -89,3 +90,14 @@ def assert_reached_and_held(records: Sequence[dict], runs: int, *, reached=None,
     means = last_fifth_means(records)
     assert len(means) == runs and min(means) >= held_each, (
         f"a run's last-20 % mean is below {held_each}: {', '.join(f'{m:.1f}' for m in means)}")
+
+
+def one_call_learning(config):
+  """Builds `config`, runs its runtime's first compiled call and returns the call's
+  metrics, flattened, at the updates that learned (the replay could sample)."""
+  from podracer import builder  # pylint: disable=import-outside-toplevel
+  experiment = builder.build(config)
+  _, metrics, _ = experiment.runtime.step(experiment.runtime.init())
+  learning = np.asarray(metrics["learning"]).reshape(-1) > 0
+  return {key: np.asarray(value).reshape(-1)[learning] for key, value in metrics.items()
+          if np.size(value) == learning.size}

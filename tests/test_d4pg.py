@@ -12,7 +12,7 @@ from podracer import builder
 from podracer.errors import ConfigError
 from podracer.types import StepType, TimeStep, Trajectory
 from tests.components.test_categorical import categorical_td_loss_np, tiny_sequences
-from tests.learning import assert_reached_and_held, launch_runs
+from tests.learning import assert_reached_and_held, launch_runs, one_call_learning
 
 
 @pytest.fixture(scope="module")
@@ -113,17 +113,14 @@ def test_d4pg_updates_learn_under_anakin():
   config = d4pg_config.pendulum_anakin()
   config.runtime.updates_per_call = 120
   config.replay.min_size = 25
-  experiment = builder.build(config)
-  state = experiment.runtime.init()
-  state, metrics, _ = experiment.runtime.step(state)
-  learning = np.asarray(metrics["learning"]).reshape(-1) > 0
-  loss = np.asarray(metrics["loss"]).reshape(-1)[learning]
-  assert learning.sum() > 100 and np.all(np.isfinite(loss))
+  learned = one_call_learning(config)
+  loss = learned["loss"]
+  assert loss.size > 100 and np.all(np.isfinite(loss))
   real = loss > 0  # The first items are the trajectories' padding, all masked.
   assert real.sum() > 100 and loss[real][:10].mean() > loss[real][-10:].mean()
-  priority = np.asarray(metrics["priority_mean"]).reshape(-1)[learning][real]
+  priority = learned["priority_mean"][real]
   assert np.all(priority > 0) and not np.allclose(priority, 1.0)
-  q = np.asarray(metrics["q_mean"]).reshape(-1)[learning]
+  q = learned["q_mean"]
   assert np.all((q >= -1000.0) & (q <= 0.0))
 
 

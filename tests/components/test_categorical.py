@@ -10,6 +10,7 @@ import pytest
 import rlax
 
 from agents.dqn import config as dqn_config
+from tests.learning import one_call_learning
 from podracer import builder, registry
 from podracer.components.losses import (CategoricalQLearningLoss, CategoricalTDLoss,
                                         categorical_projection, categorical_support)
@@ -188,14 +189,11 @@ def test_c51_updates_learn_under_anakin():
   config = dqn_config.c51_cartpole_anakin()
   config.runtime.updates_per_call = 60
   config.replay.min_size = 64
-  experiment = builder.build(config)
-  state = experiment.runtime.init()
-  state, metrics, _ = experiment.runtime.step(state)
-  learning = np.asarray(metrics["learning"]).reshape(-1) > 0
-  loss = np.asarray(metrics["loss"]).reshape(-1)[learning]
-  assert learning.sum() > 20 and np.all(np.isfinite(loss))
+  learned = one_call_learning(config)
+  loss = learned["loss"]
+  assert loss.size > 20 and np.all(np.isfinite(loss))
   assert loss[:5].mean() > loss[-5:].mean()
-  q = np.asarray(metrics["q_mean"]).reshape(-1)[learning]
+  q = learned["q_mean"]
   assert np.all((q >= 0.0) & (q <= 100.0))
 
 
