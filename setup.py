@@ -105,8 +105,13 @@ EXTRAS_REQUIRE = {
     # Videos of an agent playing (podracer/lifecycle/video.py): GIF through Pillow, MP4
     # through imageio-ffmpeg's ffmpeg.
     "video": ["imageio>=2.31", "imageio-ffmpeg>=0.5"],
+    # The DeepMind Control Suite from states or pixels (dm_control source, for Sebulba's
+    # threads and SEED's workers). dm-control 1.0.50 does not load on mujoco 4.0 (its
+    # MjModel lacks flex_vertedge), so the lane pins mujoco at mujoco-mjx's own 3.17.0,
+    # which MJX, Brax and Playground accept (docs/environments.md); `suites` includes it.
+    "dm-control": ["dm-control>=1.0.50", "mujoco>=3.17.0,<4"],
     "suites": ["craftax>=1.6.1", "jaxtari>=0.2.0", "jumanji>=1.1.2", "navix>=0.7.4",
-               "pgx>=2.6.0", "xminigrid>=0.9.3"],
+               "pgx>=2.6.0", "xminigrid>=0.9.3", "dm-control>=1.0.50", "mujoco>=3.17.0,<4"],
 }
 
 setup(
