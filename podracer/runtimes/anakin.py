@@ -28,6 +28,7 @@ from podracer.experience import host_replay
 from podracer.lifecycle.memory import check_device_fits, tree_bytes
 from podracer.logs.meters import RateMeter, Window, device_counts, episode_sums, warming_up
 from podracer.runtime import Plan, Runtime, plan_rounds
+from podracer.runtimes import model_axis
 from podracer.runtimes.many_runs import ManyRunsOfAnakin
 from podracer.runtimes.compile_once import compile_once
 from podracer.types import (REPLICA_AXIS, AgentState, Trajectory, replica_mean,
@@ -106,26 +107,33 @@ class Anakin(Runtime):
     self.calls_done = 0  # Calls stepped (from the resumed one).
     # The mesh: a run's replicas on its `data` axis (many runs side by side on its `runs`
     # axis: podracer/runtimes/many_runs.py).
+    # With `topology.model` = K > 1 a third axis: a replica over K devices, its state laid
+    # by the sharding policy (podracer/runtimes/model_axis.py; None at K = 1).
     self.mesh = topology.mesh
-    if mesh_lib.MODEL in self.mesh.axis_names:
-      raise ConfigError(
-          "Config key `topology.model` is above 1, but Anakin does not yet lay a replica "
-          "over several devices (issue 78: the sharding policies and the compiled step "
-          "exist, podracer/components/shardings; Anakin's state does not use them yet). "
-          "Set --config.topology.model=1.")
-    self.mesh_runs, self.mesh_data = self.mesh.devices.shape
+    self.mesh_runs, self.mesh_data = self.mesh.devices.shape[:2]
+    self.layout = model_axis.Layout.of(self)
     self._on_cpu = all(d.platform == "cpu" for d in self.mesh.devices.flat)
     state_bytes = self._state_bytes()
     self._check_memory(state_bytes)
     init, step = self._program()
-    self._init = mesh_lib.spmd(init, self.mesh)
-    self._step = mesh_lib.spmd(step, self.mesh, donate=self._donates(state_bytes))
+    self._init, self._step = self._compile(init, step, self._donates(state_bytes))
 
   # -- program ---------------------------------------------------------------------
 
   def _program(self):
     """(init(nets_key, key), step(state)) of one replica, before `mesh.spmd`."""
     return self._init_replica, compile_once(self._run_updates, "The Anakin step")
+
+  def _compile(self, init, step, donate: bool):
+    """(init, step) compiled over the mesh: one row a device, or a replica's rows laid
+    over its K devices."""
+    if self.layout is not None:
+      return self.layout.compile(init, step, donate)
+    return mesh_lib.spmd(init, self.mesh), mesh_lib.spmd(step, self.mesh, donate=donate)
+
+  def _put(self, rows: Any) -> Any:
+    """This process's rows of a call's inputs -> global arrays of the mesh."""
+    return mesh_lib.put(self.mesh, rows) if self.layout is None else self.layout.put(rows)
 
   def _state_bytes(self) -> int:
     """Bytes of one replica's state, from its abstract shapes (nothing is allocated)."""
@@ -156,17 +164,20 @@ class Anakin(Runtime):
 
   def init(self) -> AnakinState:
     """Equal parameters, different environments on each replica of the run."""
-    return self._init(*mesh_lib.put(self.mesh, self._replica_keys(lambda _: 0)))
+    return self._init(*self._put(self._replica_keys(lambda _: 0)))
 
   def _place(self, state: AnakinState) -> AnakinState:
     """This process's rows of `state` (host arrays) laid out as the step's outputs are,
     so the step does not compile again."""
+    if self.layout is not None:
+      return self.layout.put(state, self.layout.specs)
     return mesh_lib.put(self.mesh, state)
 
   def _rows(self):
     """(run group, replica index) of each of this process's devices of the mesh."""
-    first = jax.process_index() * self.topology.num_devices
-    return [divmod(first + i, self.mesh_data) for i in range(self.topology.num_devices)]
+    here = self.topology.num_devices // model_axis.model_size(self.mesh)
+    first = jax.process_index() * here
+    return [divmod(first + i, self.mesh_data) for i in range(here)]
 
   def _replica_keys(self, run_of: Callable[[int], int]):
     """Per device: the parameters' key (the same on a run's replicas) and the replica's
