@@ -3,8 +3,8 @@
 JAX environments (`Environment`: CartPole, Catch, PixelCatch, Pendulum, MaskedBandit, RepeatFirst,
 and adapters of gymnax, Brax, MuJoCo Playground, Craftax, JAXtari, Jumanji, Navix, XLand-MiniGrid and Pgx, each suite
 imported when such an environment is built; batched by `VectorEnv`) run inside compiled programs; host environments (`HostEnvironment`:
-EnvPool, Gymnasium, dm_env) step on the CPU for the Sebulba runtime. EnvPool and
-Gymnasium are imported only when such an environment is built.
+EnvPool, Gymnasium, dm_env, the Control Suite's dm_control) step on the CPU for the Sebulba runtime. EnvPool,
+Gymnasium and dm_control are imported only when such an environment is built.
 """
 
 from podracer.components.environments.base import (Environment, VectorEnv, VectorEnvState,
@@ -12,6 +12,7 @@ from podracer.components.environments.base import (Environment, VectorEnv, Vecto
 from podracer.components.environments.cartpole import CartPole
 from podracer.components.environments.brax_adapter import Brax
 from podracer.components.environments.catch import Catch, PixelCatch
+from podracer.components.environments.control_suite import DmControl
 from podracer.components.environments.dm_env_adapter import CatchDmEnv, DmEnv
 from podracer.components.environments.envpool_env import EnvPool
 from podracer.components.environments.gymnasium_env import Gymnasium
@@ -32,4 +33,4 @@ __all__ = ["Environment", "VectorEnv", "VectorEnvState", "restart", "transition"
            "CartPole", "Catch", "PixelCatch", "Pendulum", "Gymnax", "Brax", "HostEnvironment",
            "EpisodeTracker", "episode_stats", "EnvPool", "Gymnasium", "DmEnv", "CatchDmEnv",
            "MaskedBandit", "MaskedBanditDmEnv", "Craftax", "Jumanji", "Navix", "XLandMiniGrid",
-           "Pgx", "JAXtari", "Playground", "RepeatFirst", "RepeatFirstDmEnv"]
+           "Pgx", "JAXtari", "Playground", "RepeatFirst", "RepeatFirstDmEnv", "DmControl"]
