@@ -6,8 +6,12 @@ stateful modules, modules of no library and outputs that do not fit are refused 
 import json
 import os
 import pathlib
+import re
+import subprocess
+import sys
 
 import distrax
+import equinox as eqx
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -85,12 +89,28 @@ class _NNXBatchNorm(nnx.Module):
     return distrax.Categorical(logits=x), x[:, 0]
 
 
-def test_a_module_that_keeps_state_is_refused_by_name():
-  with pytest.raises(ConfigError, match=r"_NNXBatchNorm \(flax nnx\).*BatchStat"):
-    networks.module(_NNXBatchNorm)(spec=CARTPOLE)
-  net = networks.module(_LinenBatchNorm)(spec=CARTPOLE)
-  with pytest.raises(ConfigError, match=r"_LinenBatchNorm \(flax linen\).*batch_stats"):
-    jax.eval_shape(net.init, jax.random.PRNGKey(0), jnp.ones((3, 4)))
+class _EquinoxBatchNorm(eqx.Module):
+  dense: eqx.nn.Linear
+  norm: eqx.nn.BatchNorm
+
+  def __init__(self, obs_dim: int, action_dim: int, *, key):
+    self.dense = eqx.nn.Linear(obs_dim, action_dim, key=key)
+    self.norm = eqx.nn.BatchNorm(action_dim, axis_name="batch", mode="batch")
+
+  def __call__(self, x, state):
+    x, state = self.norm(self.dense(x), state)
+    return distrax.Categorical(logits=x), x[0]
+
+
+@pytest.mark.parametrize("module, says", [
+    (_LinenBatchNorm, r"_LinenBatchNorm \(flax linen\).*\(batch_stats\)"),
+    (_NNXBatchNorm, r"_NNXBatchNorm \(flax nnx\).*\(BatchStat\)"),
+    (_EquinoxBatchNorm, r"_EquinoxBatchNorm \(equinox\).*\(StateIndex at \.norm\.")])
+def test_a_module_that_keeps_state_is_refused_by_name_at_build(module, says):
+  name = f"stateful_{module.__name__.lower()}"
+  registry.networks.register(name, networks.module(module))
+  with pytest.raises(ConfigError, match=says):
+    builder.build(small_config(name, 8192))
 
 
 def test_a_class_of_no_library_is_refused():
@@ -98,6 +118,25 @@ def test_a_class_of_no_library_is_refused():
     pass
   with pytest.raises(ConfigError, match="NotAModule.*flax.linen.Module"):
     networks.module(NotAModule)
+
+
+def test_a_network_of_a_library_not_installed_is_one_paragraph_and_exit_2(tmp_path):
+  """Equinox missing (its import made to fail, as where it is not installed): the
+  launcher names the import that needs it and the package, without a traceback."""
+  launcher = ("import runpy, sys; sys.modules['equinox'] = None; "
+              "sys.argv = ['podracer.launch', *sys.argv[1:]]; "
+              "runpy.run_module('podracer.launch', run_name='__main__')")
+  out = subprocess.run(
+      [sys.executable, "-c", launcher, "--config=agents/ppo/config.py:cartpole_anakin",
+       f"--import={EXAMPLES['equinox']}", "--config.network=equinox_actor_critic",
+       f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+      check=False)
+  assert out.returncode == 2, out.stderr[-3000:]
+  assert "Traceback" not in out.stderr
+  said = " ".join(out.stderr.split())
+  assert re.fullmatch(r"Config error: --import=\S*equinox_actor_critic\.py: module "
+                      r"'equinox_actor_critic' could not import module 'equinox' .*"
+                      r"install it in this Python .*\.", said), said
 
 
 class _ThreeActions(nn.Module):

@@ -20,7 +20,7 @@ filled from its spec when the module declares them: `action_dim` / `num_actions`
   by name at build.
 - **Equinox** (`equinox.Module`): built with `key=key` at `init`; its arrays are the
   parameters. Called on one observation, as Equinox's layers are, and vmapped over the
-  batch.
+  batch. State (`eqx.nn.State`: a BatchNorm's `StateIndex`) is refused by name at build.
 - **Haiku** (`hk.Module`, or a function of the observation): transformed, as podracer's
   own networks are.
 
@@ -181,7 +181,8 @@ def _refuse_state(label: str, kind: str, what: List[str]) -> None:
     raise ConfigError(
         f"Network {label} ({kind}) keeps state beside its parameters ({', '.join(what)}), "
         "which podracer does not train or carry between steps: use a layer without "
-        "running statistics (LayerNorm instead of BatchNorm) and pass no Rngs to keep.")
+        "running statistics (LayerNorm instead of BatchNorm), keep no Rngs (NNX) and no "
+        "eqx.nn.State (Equinox).")
 
 
 # -- the adapters -------------------------------------------------------------------------
@@ -219,11 +220,21 @@ def _nnx(cls: Any, label: str, spec: EnvSpec, config: Dict[str, Any]) -> Network
   return Network(init, apply)
 
 
+def _equinox_state(eqx: Any, template: Any) -> List[str]:
+  """Where an Equinox module keeps an `eqx.nn.State` entry (BatchNorm's, SpectralNorm's
+  StateIndex), as `StateIndex at .path`."""
+  is_state = lambda x: isinstance(x, eqx.nn.StateIndex)
+  leaves = jax.tree_util.tree_flatten_with_path(template, is_leaf=is_state)[0]
+  return [f"StateIndex at {jax.tree_util.keystr(path)}" for path, x in leaves
+          if is_state(x)]
+
+
 def _equinox(cls: Any, label: str, spec: EnvSpec, config: Dict[str, Any]) -> Network:
   del spec
   eqx = require("equinox", f"network {label}", INSTALL["equinox"])
   make = lambda key: cls(**config, key=key)
   template = eqx.filter_eval_shape(make, jax.random.PRNGKey(0))
+  _refuse_state(label, "equinox", _equinox_state(eqx, template))
   is_array = lambda x: isinstance(x, (jax.Array, jax.ShapeDtypeStruct, np.ndarray))
   arrays, static = eqx.partition(template, is_array)
   paths, treedef = _paths(arrays)
