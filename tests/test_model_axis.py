@@ -164,3 +164,30 @@ def test_anakin_refuses_a_replica_over_several_devices_for_many_runs():
   config.topology.model, config.topology.sharding, config.num_runs = 2, "tensor", 2
   with pytest.raises(ConfigError, match="`topology.model` is above 1 with many runs"):
     builder.build(config)
+
+
+def test_the_run_says_its_mesh_and_the_bytes_a_device_holds(tmp_path):
+  """The `layout:` line before the first record and the `result:` line: the mesh's shape
+  and `param_bytes_per_device`, measured from the state's shards, equal to what the
+  tensor policy's specs give from the shapes alone (a quarter of each split array)."""
+  import io, json  # pylint: disable=import-outside-toplevel,multiple-imports
+  from tests.test_mesh import _ppo  # pylint: disable=import-outside-toplevel
+  from podracer import builder, launch  # pylint: disable=import-outside-toplevel
+  config = _ppo(1, num_devices=8)
+  config.topology.model, config.topology.sharding = 4, "tensor"
+  runtime = builder.build(config).runtime
+  nets_opt = (runtime.layout.specs.agent.nets, runtime.layout.specs.agent.opt)
+  key = jax.random.PRNGKey(0)
+  shapes = jax.eval_shape(runtime._init_replica, key, key)  # pylint: disable=protected-access
+  specs = jax.tree.leaves(nets_opt, is_leaf=lambda x: isinstance(
+      x, jax.sharding.PartitionSpec))
+  expected = sum(x.size * x.dtype.itemsize // (4 if any(spec) else 1) for x, spec in zip(
+      jax.tree.leaves((shapes.agent.nets, shapes.agent.opt)), specs))
+  stream = io.StringIO()
+  launch.launch(config, str(tmp_path), stream=stream)
+  out = stream.getvalue()
+  assert f"layout: mesh runs=1 x data=2 x model=4, param_bytes_per_device {expected:,}\n" \
+      in out, out
+  result = json.loads(out.split("result: ")[1].splitlines()[0])
+  assert result["mesh"] == {"runs": 1, "data": 2, "model": 4}, result
+  assert result["param_bytes_per_device"] == expected, (result, expected)

@@ -81,6 +81,7 @@ class MetricsLogger:
     self._warm_up_unchecked = True  # whether the replay can reach min_size: said once
     self._loggers: Dict[str, base.Logger] = {}
     self.disk_failed = False  # A write failed because of the disk (see `_write_files`).
+    self.layout: Dict[str, Any] = {}  # What the runtime laid out (`describe`).
     if workdir:
       os.makedirs(workdir, exist_ok=True)
       path = os.path.join(workdir, METRICS_FILE)
@@ -93,6 +94,15 @@ class MetricsLogger:
                                                            kept))
       with disk.writing("the run's log files", workdir):
         self._loggers = make(resumed)
+
+  def describe(self, layout: Dict[str, Any]) -> None:
+    """What the runtime laid out ({"mesh": {axis: devices}, "param_bytes_per_device":
+    bytes}): said in one line before the first record, and part of the summary (the
+    `result:` line)."""
+    self.layout = dict(layout)
+    if self.stream:
+      self.stream.write("layout: " + ", ".join(
+          f"{k} {_layout_value(v)}" for k, v in self.layout.items()) + "\n")
 
   def write(self, record: Dict[str, Any], compile_step: bool = False) -> None:
     record = self._add(record, compile_step)
@@ -247,8 +257,8 @@ class MetricsLogger:
     if self.runs:
       return {**runs_lib.summary(self.records, self.runs,
                                  self.stop_at_return if self.target_reached else None),
-              **compiled}
-    return {**self._summary(), **compiled}
+              **self.layout, **compiled}
+    return {**self._summary(), **self.layout, **compiled}
 
   def _summary(self) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
@@ -293,6 +303,13 @@ class MetricsLogger:
     except DiskError:
       self.disk_failed = True
       raise
+
+
+def _layout_value(value: Any) -> str:
+  """{"runs": 1, "data": 2} -> "runs=1 x data=2"; a count with thousands' commas."""
+  if isinstance(value, dict):
+    return " x ".join(f"{k}={v}" for k, v in value.items())
+  return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _truncate(path: str, num_records: int) -> List[Dict[str, Any]]:

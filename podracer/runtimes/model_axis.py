@@ -10,11 +10,13 @@ over `model` appears in them.
   Layout.of(runtime)    None at K = 1 (the mesh of runs x data, as before), else the layout.
   layout.compile(init, step, donate)   the two programs, compiled over the mesh.
   layout.put(rows, specs)   this process's rows -> global arrays laid as `specs` say.
+  describe(mesh, state)     the mesh's shape and `param_bytes_per_device`, for the run's
+                            `layout:` line and its `result:` line.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import jax
 import numpy as np
@@ -75,9 +77,15 @@ class Layout:
 
     return jax.tree.map(one, rows, _broadcast(shardings_of, rows))
 
-  def bytes_per_device(self, state: Any) -> int:
-    """Parameters plus optimizer state on one device, from the arrays' shards."""
-    return shardings.bytes_per_device((state.agent.nets, state.agent.opt))
+
+def describe(mesh: Mesh, state: Any) -> Dict[str, Any]:
+  """What a run says of its layout: the mesh's shape ({axis: devices}, `model` included)
+  and `param_bytes_per_device`, the parameters plus optimizer state one device holds,
+  measured from the state's shards."""
+  shape = {mesh_lib.RUNS: 1, mesh_lib.DATA: 1, mesh_lib.MODEL: 1}
+  shape.update(zip(mesh.axis_names, (int(n) for n in mesh.devices.shape)))
+  return dict(mesh=shape, param_bytes_per_device=shardings.bytes_per_device(
+      (state.agent.nets, state.agent.opt)))
 
 
 def state_specs(rule: shardings.Rule, model: int, state: Any) -> Any:
