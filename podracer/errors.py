@@ -1,6 +1,8 @@
 """Errors a user can cause and fix: the launcher prints them as one paragraph, no traceback."""
 
 import importlib
+import importlib.util
+import sys
 import traceback
 from types import ModuleType
 from typing import Callable, Optional
@@ -44,6 +46,25 @@ def require(module: str, who: str, install: str) -> ModuleType:
   except ImportError as e:
     raise MissingPackage(f"{who} needs {module}, which is not installed here: {install} "
                          f"({e}).") from e
+
+
+def load_on_first_use(module: str) -> ModuleType:
+  """`module`, loaded on its first attribute read (the standard library's `LazyLoader`),
+  for a package whose import costs a launch seconds it seldom needs: rlax imports distrax
+  and TensorFlow Probability (about 0.5 s) for the few runs that use a distribution of
+  theirs. Write `rlax = load_on_first_use("rlax")`, not `import rlax` (an `import`
+  statement reads the module's `__spec__`, which loads it). A module already imported, or
+  not installed, is imported as usual (a missing one raises ImportError here)."""
+  if module in sys.modules:
+    return sys.modules[module]
+  spec = importlib.util.find_spec(module)
+  if spec is None or spec.loader is None:
+    return importlib.import_module(module)
+  spec.loader = importlib.util.LazyLoader(spec.loader)
+  lazy = importlib.util.module_from_spec(spec)
+  sys.modules[module] = lazy
+  spec.loader.exec_module(lazy)
+  return lazy
 
 
 class RecompilationError(RuntimeError):

@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import mctx
 import numpy as np
 import optax
-import rlax
 
 from podracer import registry
 from podracer.agent import Agent
@@ -43,6 +42,10 @@ from podracer.learning import (Objective, TargetState, gradient_step, update_tar
 from podracer.registry.ranges import NonNegative, Positive, Probability
 from podracer.types import (ActorOutput, EnvSpec, PyTree, StepType, TimeStep, Trajectory,
                             action_mask)
+from podracer.errors import load_on_first_use
+
+# Loaded where a loss first reads it: its import brings distrax and TensorFlow Probability.
+rlax = load_on_first_use("rlax")
 
 SEARCHES = ("gumbel", "muzero")
 BOOTSTRAPS = ("search", "target")

@@ -19,12 +19,15 @@ import jax
 import jax.numpy as jnp
 import mctx
 import optax
-import rlax
 
 from agents.muzero.agent import MuZero, _masked_mean
 from podracer import registry
 from podracer.agent import legal
 from podracer.types import simulator_state
+from podracer.errors import load_on_first_use
+
+# Loaded where a loss first reads it: its import brings distrax and TensorFlow Probability.
+rlax = load_on_first_use("rlax")
 
 
 @registry.agents.register("alphazero")

@@ -25,9 +25,9 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import rlax
 
 from podracer.agent import Agent, random_legal
+from podracer.components.losses.q_learning import IDENTITY_PAIR, TxPair
 from podracer.experience import importance_weights
 from podracer.learning import Objective, TargetState, gradient_step, update_target, with_target
 from podracer.types import ILLEGAL, PyTree, Trajectory
@@ -110,7 +110,7 @@ def sequence_priorities(abs_td: jax.Array, mask: jax.Array, eta: float) -> jax.A
 
 
 def q_diagnostics(out: Dict[str, jax.Array], priorities: jax.Array,
-                  tx_pair: rlax.TxPair) -> Dict[str, jax.Array]:
+                  tx_pair: TxPair) -> Dict[str, jax.Array]:
   """What a record shows of an update: values in return units (h^-1 of the network's),
   max_a Q against the n-step targets, over the learned steps; errors and priorities as
   the loss and the replay see them."""
@@ -151,7 +151,7 @@ def objective_outputs(metrics: Dict[str, jax.Array], name: Optional[str]
 def replay_q_update(objectives: Sequence[Objective], replay: Any, nets: PyTree,
                     opt: TargetState, experience: PyTree, key: jax.Array, *,
                     importance_sampling_exponent: float, priority_eta: float,
-                    target_update_period: int, tx_pair: rlax.TxPair, overlap: int = 0,
+                    target_update_period: int, tx_pair: TxPair, overlap: int = 0,
                     outputs_of: Optional[str] = None
                     ) -> Tuple[PyTree, TargetState, PyTree, Dict[str, jax.Array]]:
   """One learner update from a prioritized replay (an `Agent.update`); nothing but the
@@ -220,7 +220,7 @@ class SequenceReplayAgent(Agent):
   A replay item is one environment's [T+K] stretch of a trajectory with
   `item_actor_state` (nothing by default; R2D2: the LSTM state)."""
 
-  tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR  # How the diagnostics read values back.
+  tx_pair: TxPair = IDENTITY_PAIR  # How the diagnostics read values back.
   outputs_of: Optional[str] = None  # The objective giving the loss's outputs, if several.
 
   def init_opt(self, nets):

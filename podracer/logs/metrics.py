@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO
 
 
 from podracer.errors import DiskError
-from podracer.logs import base, compile_time, disk, runs as runs_lib
+from podracer.logs import base, compile_time, disk, plots, runs as runs_lib
 from podracer.logs.default import DEFAULT_LOGGERS, PROGRESS_METRICS, default_loggers
 # The meters and the plot, importable from here as before 0.17.0 (docs/api.md).
 from podracer.logs.meters import (  # noqa: F401
@@ -140,6 +140,8 @@ class MetricsLogger:
       record["compile_s"] = compile_time.seconds() - self._compile_start
     self.records.append(record)
     self._write_files(record)
+    if self.workdir and len(self.records) == 1:  # The plot at the end needs matplotlib.
+      plots.import_in_background()
     return record
 
   def _show(self, record: Dict[str, Any]) -> None:

@@ -1,28 +1,51 @@
 """The learning-curve plot of a run's records (`learning_curve.png`): mean episode return
 and `eval_return` over env steps above steps/s; many runs thin with each group's mean and
 spread; under PBT a panel per hyperparameter with each member's schedule. matplotlib is
-imported when a plot is drawn, not before."""
+imported when a run starts recording (`import_in_background`) or when a plot is drawn,
+not before; the figure is matplotlib's `Figure` itself, so drawing one never changes the
+backend of a user's own pyplot."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Dict, List, Optional
 
 from podracer.logs import runs as runs_lib
+
+
+_importing: List[threading.Thread] = []
+
+
+def import_in_background() -> None:
+  """Starts importing matplotlib's figure and its PNG writer in a daemon thread, once a
+  process: a run that plots at its end (about 0.5 to 1 s of imports) then imports while
+  XLA trains, which holds no Python lock, rather than after its last record. An import
+  that fails there fails again, with its message, where the plot is drawn."""
+  if not _importing:
+    _importing.append(threading.Thread(target=_import_matplotlib, daemon=True,
+                                       name="podracer-import-matplotlib"))
+    _importing[0].start()
+
+
+def _import_matplotlib() -> None:
+  try:
+    import matplotlib.backends.backend_agg  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    import matplotlib.figure  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  except Exception:  # pylint: disable=broad-except
+    pass  # Said where the plot is drawn.
 
 
 def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "",
                         runs: Optional[Any] = None) -> str:
   """Mean episode return (and `eval_return`) against env steps over steps/s; with many
   runs (`runs`), every run thin and each group's mean with its spread over seeds."""
-  import matplotlib  # Lazy: only runs that write a plot pay for the import.
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
 
   # Population-based training: a panel per hyperparameter, each member's schedule.
   keys = list(runs.swept) if runs and any("parent" in r for r in records) else []
-  fig, axes = plt.subplots(2 + len(keys), 1, figsize=(7, 6 + 2 * len(keys)), sharex=True,
-                           gridspec_kw=dict(height_ratios=[3, 1] + [2] * len(keys)),
-                           layout="constrained" if keys else None)
+  fig = Figure(figsize=(7, 6 + 2 * len(keys)), layout="constrained" if keys else None)
+  axes = fig.subplots(2 + len(keys), 1, sharex=True,
+                      gridspec_kw=dict(height_ratios=[3, 1] + [2] * len(keys)))
   ax_ret, ax_sps = axes[0], axes[1]
   if keys:
     _plot_population(fig, axes[2:], records, keys)
@@ -54,7 +77,6 @@ def plot_learning_curve(records: List[Dict[str, Any]], path: str, title: str = "
   if not keys:  # (the population's colour bar takes the constrained layout)
     fig.tight_layout()
   fig.savefig(path, dpi=100)
-  plt.close(fig)
   return path
 
 

@@ -28,6 +28,20 @@ def test_gae_without_episode_end():
   np.testing.assert_allclose(target[:, 0], np.array(expected) + [0.5, 1.0, 1.5], rtol=1e-6)
 
 
+def test_truncated_gae_is_rlaxs_to_the_bit():
+  import jax  # pylint: disable=import-outside-toplevel
+  import rlax  # pylint: disable=import-outside-toplevel
+  from podracer.components.losses.actor_critic import truncated_gae  # pylint: disable=import-outside-toplevel
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  r_t, values = jax.random.normal(keys[0], (37,)), jax.random.normal(keys[1], (38,))
+  discount_t = 0.99 * (jax.random.uniform(keys[2], (37,)) > 0.1)
+  lambda_t = 0.95 * (jax.random.uniform(keys[3], (37,)) > 0.2)
+  ours = jax.jit(truncated_gae)(r_t, discount_t, lambda_t, values)
+  theirs = jax.jit(rlax.truncated_generalized_advantage_estimation)(
+      r_t, discount_t, lambda_t, values)
+  np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
 def test_gae_over_windows_is_each_windows_own_gae_bootstrapped_after_it():
   """`window` cuts the trace every w steps, as Brax's PPO computes GAE over its unrolls:
   a 6-step rollout in windows of 3 is the GAE of each 3-step window on its own."""

@@ -12,7 +12,6 @@ from typing import Annotated, Any, Dict, NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
-import rlax
 
 from podracer import registry
 from podracer.components.distributions import (CATEGORICAL, Policy, categorical_entropy,
@@ -44,6 +43,24 @@ def transition_mask(timestep: TimeStep) -> jax.Array:
   return (timestep.step_type[:-1] != StepType.LAST).astype(jnp.float32)
 
 
+def truncated_gae(r_t: jax.Array, discount_t: jax.Array, lambda_t: jax.Array,
+                  values: jax.Array) -> jax.Array:
+  """A_t = delta_t + discount_t lambda_t A_{t+1}, delta_t = r_t + discount_t v_{t+1} - v_t,
+  over [k] steps (values [k+1]), from the last step back: rlax's
+  `truncated_generalized_advantage_estimation`, the same operations in the same order
+  (tests/components/test_losses.py holds them equal), written here because PPO's launch
+  would otherwise import rlax and with it TensorFlow Probability (about 0.5 s)."""
+  delta_t = r_t + discount_t * values[1:] - values[:-1]
+
+  def back(acc, xs):
+    delta, discount, lam = xs
+    acc = delta + discount * lam * acc
+    return acc, acc
+
+  _, advantage_t = jax.lax.scan(back, 0.0, (delta_t, discount_t, lambda_t), reverse=True)
+  return advantage_t
+
+
 def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: float,
                            gae_lambda: float, window: int = 0, form: str = "gae"
                            ) -> Tuple[jax.Array, jax.Array]:
@@ -65,8 +82,7 @@ def generalized_advantages(timestep: TimeStep, values: jax.Array, *, discount: f
     ends = (jnp.arange(1, mask.shape[0] + 1) % window == 0).astype(jnp.float32)
     lambda_t = lambda_t * (1.0 - ends)[:, None]
   reward_t = timestep.reward[1:] * mask
-  gae = jax.vmap(rlax.truncated_generalized_advantage_estimation,
-                 in_axes=(1, 1, 1, 1), out_axes=1)
+  gae = jax.vmap(truncated_gae, in_axes=(1, 1, 1, 1), out_axes=1)
   advantages = gae(reward_t, discount_t, lambda_t, values) * mask
   targets = advantages + values[:-1]
   if form == "brax":

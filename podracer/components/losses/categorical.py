@@ -28,11 +28,14 @@ from typing import Any, Dict, Tuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import rlax
 
 from podracer import registry
 from podracer.components.losses.q_learning import n_step_returns, transitions
 from podracer.types import ILLEGAL, TimeStep, action_mask
+from podracer.errors import load_on_first_use
+
+# Loaded where a loss first reads it: its import brings distrax and TensorFlow Probability.
+rlax = load_on_first_use("rlax")
 
 
 def categorical_support(v_min: float, v_max: float, num_atoms: int) -> np.ndarray:

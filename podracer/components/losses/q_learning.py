@@ -14,15 +14,32 @@ reaches the time limit regularly is pulled back down from it.
 
 from __future__ import annotations
 
-from typing import Annotated, Dict, Optional, Tuple
+from typing import Annotated, Callable, Dict, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
-import rlax
 
 from podracer import registry
 from podracer.registry.ranges import NonNegative
 from podracer.types import ILLEGAL, StepType, TimeStep, action_mask
+from podracer.errors import load_on_first_use
+
+# Loaded where a loss first reads it: its import brings distrax and TensorFlow Probability.
+rlax = load_on_first_use("rlax")
+
+
+class TxPair(NamedTuple):
+  """A value transform and its inverse: rlax's `TxPair`, defined here so that naming the
+  identity does not import rlax (podracer/__init__.py loads rlax on first use)."""
+  apply: Callable[[jax.Array], jax.Array]
+  apply_inv: Callable[[jax.Array], jax.Array]
+
+
+def identity(x: jax.Array) -> jax.Array:
+  return x
+
+
+IDENTITY_PAIR = TxPair(identity, identity)
 
 
 def _padded(x: jax.Array, n: int, value) -> jax.Array:
@@ -59,7 +76,7 @@ def n_step_returns(reward: jax.Array, discount: jax.Array, bootstrap: jax.Array,
 
 def n_step_double_q_targets(q: jax.Array, target_q: jax.Array, reward: jax.Array,
                             discount: jax.Array, n: int,
-                            tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR,
+                            tx_pair: TxPair = IDENTITY_PAIR,
                             cut: Optional[jax.Array] = None) -> jax.Array:
   """Targets [S-1, B] of n-step double Q-learning on [S, B] sequences (no gradient):
 
@@ -80,7 +97,7 @@ def n_step_double_q_targets(q: jax.Array, target_q: jax.Array, reward: jax.Array
 
 def n_step_double_q_td(q: jax.Array, target_q: jax.Array, action: jax.Array,
                        reward: jax.Array, discount: jax.Array, n: int,
-                       tx_pair: rlax.TxPair = rlax.IDENTITY_PAIR,
+                       tx_pair: TxPair = IDENTITY_PAIR,
                        cut: Optional[jax.Array] = None) -> jax.Array:
   """TD errors [S-1, B]: `n_step_double_q_targets` - q[t, action[t]]."""
   target = n_step_double_q_targets(q, target_q, reward, discount, n, tx_pair, cut)
@@ -164,7 +181,7 @@ class QLearningLoss:
     self.n_step = n_step
     self.double = double
     self.huber_delta = huber_delta
-    self.tx_pair = (rlax.IDENTITY_PAIR if value_rescaling_eps is None
+    self.tx_pair = (IDENTITY_PAIR if value_rescaling_eps is None
                     else value_rescaling(value_rescaling_eps))
 
   def output_shape(self, num_actions: int) -> Tuple[int, ...]:

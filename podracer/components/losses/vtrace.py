@@ -19,7 +19,6 @@ from typing import Annotated, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
-import rlax
 
 from podracer import registry
 from podracer.components.distributions import Policy
@@ -27,6 +26,10 @@ from podracer.components.losses.actor_critic import (Metrics, PolicyLoss, _maske
                                                      as_policy, transition_mask)
 from podracer.registry.ranges import NonNegative, Positive, Probability
 from podracer.types import TimeStep
+from podracer.errors import load_on_first_use
+
+# Loaded where a loss first reads it: its import brings distrax and TensorFlow Probability.
+rlax = load_on_first_use("rlax")
 
 
 class VTraceBatch(NamedTuple):
