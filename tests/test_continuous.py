@@ -185,7 +185,8 @@ def test_ppo_pendulum_anakin_over_5_seeds_holds_minus_250(tmp_path):
   assert_reached_and_held(records, 5, reached=-250, held_iqm=-250)
 
 
-@pytest.mark.learning
+@pytest.mark.extended  # 5 minutes. In CI: PPO learns continuous control under Sebulba and
+@pytest.mark.learning  # SEED (below) and on Playground; SAC on Brax (tests/test_sac.py).
 def test_ppo_brax_inverted_pendulum_anakin_reaches_braxs_1000_and_holds_it_over_2_seeds(
     tmp_path):
   """Brax's training-notebook settings and update (PPO's `brax_anakin`) on
