@@ -22,8 +22,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # tests compile the same programs (a relaunch, a second seed, the same config in another
 # module, whose compiled programs `_release_compiled_programs` frees). A cached program
 # is the same executable, so results do not change; the key includes XLA_FLAGS.
+# PODRACER_TEST_XLA_CACHE=off runs the suite without it (JAX_COMPILATION_CACHE_DIR set
+# empty: neither JAX nor podracer's launches cache), to measure what it saves.
 _XLA_CACHE = None
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+if os.environ.get("PODRACER_TEST_XLA_CACHE") == "off":
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = ""
+elif "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _XLA_CACHE = tempfile.mkdtemp(prefix="podracer-tests-xla-cache-")
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")

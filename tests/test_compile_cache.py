@@ -41,6 +41,7 @@ def test_the_folder_a_config_names():
   assert compile_cache.folder(None, env).endswith(os.path.join("podracer", "xla"))
   assert compile_cache.default_folder({"XDG_CACHE_HOME": "/c"}) == "/c/podracer/xla"
   assert compile_cache.default_folder({compile_cache.ENV: "/j"}) == "/j"
+  assert compile_cache.default_folder({compile_cache.ENV: "", "XDG_CACHE_HOME": "/c"}) is None
   assert compile_cache.folder("") is None  # Off.
   assert compile_cache.folder("~/x") == os.path.expanduser("~/x")
   with pytest.raises(ConfigError, match="compile_cache"):

@@ -3,8 +3,9 @@ back from disk by the next launch that compiles the same program (same code, sha
 config values that reach the program, JAX and XLA versions, devices and XLA_FLAGS).
 
 The folder (`compile_cache`, a top-level config key):
-  unset     JAX_COMPILATION_CACHE_DIR if set, else $XDG_CACHE_HOME/podracer/xla
-            (~/.cache/podracer/xla): one per user, shared by all their runs
+  unset     JAX_COMPILATION_CACHE_DIR if set (set empty: off, as JAX reads it), else
+            $XDG_CACHE_HOME/podracer/xla (~/.cache/podracer/xla): one per user, shared
+            by all their runs
   PATH      that folder (`--config.compile_cache=PATH`)
   ""        off (`--config.compile_cache=""`)
 
@@ -35,11 +36,12 @@ MIN_COMPILE_S = 0.1
 _warned = set()
 
 
-def default_folder(environ=None) -> str:
-  """JAX_COMPILATION_CACHE_DIR if set, else the per-user XDG cache folder."""
+def default_folder(environ=None) -> Optional[str]:
+  """JAX_COMPILATION_CACHE_DIR if set (None, no cache, if set empty), else the per-user
+  XDG cache folder."""
   environ = os.environ if environ is None else environ
-  if environ.get(ENV):
-    return environ[ENV]
+  if ENV in environ:
+    return environ[ENV] or None
   base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "podracer", "xla")
 
