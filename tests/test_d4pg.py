@@ -1,6 +1,8 @@
 """D4PG: its losses on a tiny batch against numpy, its per-actor exploration noise, the
-support refused where it cannot hold returns, an Anakin run's updates learning (CI), and
-Pendulum over 5 seeds in one program (extended)."""
+support refused where it cannot hold returns, an Anakin run's updates learning (CI),
+Pendulum over 5 seeds in one program (extended), the pixel encoder that actor and critic
+share trained by the critic's loss alone, and a run from pixels under SEED with two
+rendering workers."""
 
 import jax
 import jax.numpy as jnp
@@ -147,4 +149,62 @@ def test_d4pg_runs_on_the_control_suites_states_under_sebulba_and_seed(tmp_path,
   assert records[-1]["env_steps"] >= 6000
   learned = [r for r in records if r.get("learning", 0) > 0]
   assert learned and all(np.isfinite(r["loss"]) and -150 <= r["q_mean"] <= 150
+                         for r in learned)
+
+
+def _pixel_agent():
+  """control_pixels_seed's agent (its shared `replicator_resnet`, small) on 24 x 24 x 9
+  frames and one action in [-1, 1]."""
+  from podracer.types import ArraySpec, EnvSpec  # pylint: disable=import-outside-toplevel
+  config = d4pg_config.control_pixels_seed()
+  config.encoder_network.channels = (4, 8, 8)
+  config.actor_network.hidden_sizes = config.critic_network.hidden_sizes = (16, 16)
+  spec = EnvSpec(observation=ArraySpec((24, 24, 9), np.dtype(np.uint8), "pixels"),
+                 action=ArraySpec((1,), np.dtype(np.float32), "action", -1.0, 1.0))
+  return builder.build_agent(config, spec, total_updates=10)
+
+
+def test_a_shared_pixel_encoder_is_trained_by_the_critics_loss_alone():
+  """From pixels actor and critic read one embedding e(s) [B, 64] of the encoder; the
+  critic's objective owns the encoder and its loss's gradient reaches it; the actor's
+  loss moves the actor only (its gradient stopped at the embedding)."""
+  agent = _pixel_agent()
+  nets = jax.jit(agent.init_nets)(jax.random.PRNGKey(0))
+  assert set(nets) == {"encoder", "actor", "critic"}
+  assert {o.name: tuple(o.owns) for o in agent.objectives} == {
+      "critic": ("critic", "encoder"), "actor": ("actor",)}
+  steps, batch = 8, 2
+  step_type, discount, reward = tiny_sequences(steps, batch, seed=1)
+  rng = np.random.default_rng(2)
+  frames = rng.integers(0, 256, size=(batch, steps, 24, 24, 9), dtype=np.uint8)
+  swap = lambda x: jnp.swapaxes(jnp.asarray(x), 0, 1)
+  items = Trajectory(timestep=TimeStep(swap(step_type), swap(reward), swap(discount),
+                                       jnp.asarray(frames)),
+                     actor_state=(), action=jnp.asarray(
+                         rng.uniform(-1, 1, (batch, steps, 1)), jnp.float32), extras={})
+  assert agent.embedded(nets, jnp.asarray(frames[:, 0])).shape == (batch, 64)
+  batch_args = (items, jnp.ones(batch), nets)
+  critic = jax.jit(jax.grad(lambda n: agent._critic_loss(n, batch_args, None)[0]))(nets)
+  actor = jax.jit(jax.grad(lambda n: agent._actor_loss(n, batch_args, None)[0]))(nets)
+  moved = lambda tree: any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(tree))
+  assert moved(critic["encoder"]) and moved(critic["critic"])
+  assert moved(actor["actor"]) and not moved(actor["encoder"]) and not moved(
+      actor["critic"])
+
+
+@pytest.mark.slow
+def test_d4pg_from_pixels_under_seed_with_two_rendering_workers_runs(tmp_path):
+  """control_pixels_seed as a user launches it, small: two worker processes rendering
+  cartpole swingup at 24 x 24 (three frames, actions repeated 4 times), a small encoder
+  and networks, 800 env steps learning from the 20th item; both workers alive at the
+  end, every learning record's loss, Q-values and priorities finite."""
+  records = launch_runs("agents/d4pg/config.py:control_pixels_seed", tmp_path,
+                        "--config.total_env_steps=800", "--config.replay.min_size=20",
+                        "--config.runtime.num_local_workers=2", "--config.env.height=24",
+                        "--config.env.width=24", "--config.encoder_network.channels=(4,8,8)",
+                        "--config.actor_network.hidden_sizes=(32,32)",
+                        "--config.critic_network.hidden_sizes=(32,32)")
+  assert records[-1]["env_steps"] >= 800 and records[-1]["workers_alive"] == 2
+  learned = [r for r in records if r.get("learning", 0) > 0]
+  assert learned and all(np.isfinite([r["loss"], r["q_mean"], r["priority_max"]]).all()
                          for r in learned)

@@ -20,11 +20,17 @@ item, as DQN's, which n-step targets need and TD3's single transitions cannot gi
 its warm-up (no update before `replay.min_size`), the priorities written back and the
 target networks (actor and critic, copied every `target_update_period` updates) are
 DQN's (`SequenceReplayAgent`, `replay_q_update` in podracer/kits/q_learning.py).
+
+From pixels (`encoder_network`, TF-Replicator's `replicator_resnet`) actor and critic
+take one shared embedding e(s) as their observation. The critic's loss trains the
+encoder (its objective owns `critic` and `encoder`; the target networks have its copy);
+the actor's loss reads e(s) through `stop_gradient`, as TF-Replicator's and Acme's D4PG
+do (podracer/components/networks/encoders.py says why).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import haiku as hk
 import jax
@@ -70,11 +76,14 @@ class D4PG(SequenceReplayAgent):
                importance_sampling_exponent: Annotated[float, Probability] = 0.6,
                priority_eta: Annotated[float, Probability] = 0.9,
                exploration_noise: Annotated[float, NonNegative] = 0.3,
-               exploration_alpha: Annotated[float, NonNegative] = 0.0):
-    objectives = [Objective("critic", self._critic_loss, critic_optimizer, owns=("critic",)),
+               exploration_alpha: Annotated[float, NonNegative] = 0.0,
+               encoder_network: Optional[hk.Transformed] = None):
+    critic_owns = ("critic",) if encoder_network is None else ("critic", "encoder")
+    objectives = [Objective("critic", self._critic_loss, critic_optimizer, owns=critic_owns),
                   Objective("actor", self._actor_loss, actor_optimizer, owns=("actor",))]
     super().__init__(spec, objectives=objectives, replay=replay)
     self.actor, self.critic, self.critic_loss = actor_network, critic_network, critic_loss
+    self.encoder = encoder_network
     self.discount, self.target_update_period = discount, int(target_update_period)
     self.importance_sampling_exponent = importance_sampling_exponent
     self.priority_eta = priority_eta
@@ -83,10 +92,18 @@ class D4PG(SequenceReplayAgent):
 
   def init_nets(self, key):
     actor_key, critic_key = jax.random.split(key)
-    observation = dummy_observation(self.spec)
+    observation, nets = dummy_observation(self.spec), {}
+    if self.encoder is not None:
+      nets["encoder"] = self.encoder.init(jax.random.fold_in(key, 2), observation)
+      observation = self.encoder.apply(nets["encoder"], observation)
     actor = self.actor.init(actor_key, observation)
     action = self.actor.apply(actor, observation)
-    return dict(actor=actor, critic=self.critic.init(critic_key, observation, action))
+    return dict(nets, actor=actor, critic=self.critic.init(critic_key, observation, action))
+
+  def embedded(self, nets, observation):
+    """e(s), the shared encoder's embedding, or the observation itself without one."""
+    return observation if self.encoder is None else self.encoder.apply(nets["encoder"],
+                                                                        observation)
 
   def init_actor(self, key, num_envs):
     """Each environment's noise scale sigma_i (Ape-X's spread with `exploration_alpha`)."""
@@ -99,7 +116,7 @@ class D4PG(SequenceReplayAgent):
     return jnp.zeros((num_envs,), jnp.float32)
 
   def act(self, nets, actor_state, timestep: TimeStep, key):
-    action = self.actor.apply(nets["actor"], timestep.observation)
+    action = self.actor.apply(nets["actor"], self.embedded(nets, timestep.observation))
     noisy = gaussian_exploration(action, key, actor_state, self.actor.minimum,
                                  self.actor.maximum)
     return ActorOutput(noisy, {}), actor_state
@@ -116,9 +133,11 @@ class D4PG(SequenceReplayAgent):
     steps, batch_size = timestep.step_type.shape
     observation = jax.tree.map(merged, timestep.observation)
     unmerged = lambda x: x.reshape(steps, batch_size, -1)
-    logits = unmerged(self.critic.apply(nets["critic"], observation, merged(action)))
-    next_action = self.actor.apply(target["actor"], observation)
-    next_logits = unmerged(self.critic.apply(target["critic"], observation, next_action))
+    online, next_embedding = (self.embedded(nets, observation),
+                              self.embedded(target, observation))
+    logits = unmerged(self.critic.apply(nets["critic"], online, merged(action)))
+    next_action = self.actor.apply(target["actor"], next_embedding)
+    next_logits = unmerged(self.critic.apply(target["critic"], next_embedding, next_action))
     return self.critic_loss(logits, next_logits, timestep, weights, self.discount)
 
   def _actor_loss(self, nets, batch, key):
@@ -128,6 +147,7 @@ class D4PG(SequenceReplayAgent):
     timestep = time_major(items.timestep)
     learned = timestep.step_type.shape[0] - self.trajectory_overlap
     observation = jax.tree.map(lambda x: merged(x[:learned]), timestep.observation)
+    observation = jax.lax.stop_gradient(self.embedded(nets, observation))
     action = self.actor.apply(nets["actor"], observation)
     critic = jax.lax.stop_gradient(nets["critic"])
     q = self.critic_loss.mean(self.critic.apply(critic, observation, action))

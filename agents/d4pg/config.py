@@ -74,7 +74,42 @@ def control_seed() -> config_dict.ConfigDict:
   return presets.seed(control_sebulba(), num_local_workers=2, envs_per_worker=8)
 
 
+def control_dm_sebulba() -> config_dict.ConfigDict:
+  """control_sebulba on the Control Suite's own package (`dm_control`, states: the
+  observation dict flattened) instead of EnvPool's: `--config.env.domain`,
+  `--config.env.task` any of the suite's."""
+  c = control_sebulba()
+  c.env = presets.section("dm_control", domain="cartpole", task="swingup")
+  return c
+
+
+def control_pixels_seed() -> config_dict.ConfigDict:
+  """D4PG from pixels at TF-Replicator's settings (Buchlovsky et al. 2019, section 7):
+  84 x 84 RGB from the task's camera 0, three frames stacked, a shared 9-layer ResNet
+  giving a 64-wide embedding to actor and critic (`encoder_network`, trained by the
+  critic's loss), a learner batch of 256 transitions (64 items of 4 steps and the 5
+  completing their targets), the replay out of the learner's graph (the lane's host
+  replay, Reverb in its lane), prioritized, and many worker processes that render: 4
+  here of 4 environments each (the paper: 32 actors a learner replica, on more cores
+  than this machine's 2); networks and Adam 1e-4 as D4PG's (Barth-Maron et al. 2018:
+  the paper keeps its hyperparameters), actions repeated 4 times (Acme's and the
+  pixel-control papers' usual for the suite; 250 agent steps an episode); 1M env steps.
+  `--config.env.task=balance` for cartpole balance."""
+  c = _base(total_env_steps=1_000_000, hidden=256, v_min=-150.0, v_max=150.0)
+  c.encoder_network = presets.section("replicator_resnet", channels=(16, 32, 32),
+                                      embedding_size=64, blocks=1, channels_first=False)
+  c.replay = presets.replay(presets.lane_replay(), batch_size=64, max_size=20_000,
+                            min_size=1_000, samples_per_insert=8.0)
+  c.replay.priority_exponent = 0.6
+  env = presets.section("dm_control", domain="cartpole", task="swingup", pixels=True,
+                        camera=0, height=84, width=84, frame_stack=3, action_repeat=4)
+  c = presets.sebulba(c, env, num_envs_per_actor=4, rollout_length=4)
+  return presets.seed(c, num_local_workers=4, envs_per_worker=4, envs_per_batch=16)
+
+
 get_config = presets.getter("D4PG", {"pendulum_anakin": pendulum_anakin,
                                      "control_sebulba": control_sebulba,
-                                     "control_seed": control_seed},
+                                     "control_dm_sebulba": control_dm_sebulba,
+                                     "control_seed": control_seed,
+                                     "control_pixels_seed": control_pixels_seed},
                             default="pendulum_anakin")

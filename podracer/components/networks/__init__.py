@@ -6,7 +6,9 @@ policy-and-value networks, recurrent too; `gaussian_actor_critic`, continuous PP
 q_networks.py (`q_network` is DQN's, `recurrent_q` R2D2's), continuous.py
 (`gaussian_policy` and `twin_q`, SAC's actor and critic; `deterministic_policy`, TD3's),
 muzero.py (`muzero_mlp`, `muzero_resnet`: MuZero's model), distributional.py
-(`categorical_q_network`, C51's; `categorical_critic`, D4PG's); torsos.py, heads.py, cores.py
+(`categorical_q_network`, C51's; `categorical_critic`, D4PG's), encoders.py
+(`replicator_resnet`, TF-Replicator's pixel encoder that D4PG's actor and critic
+share); torsos.py, heads.py, cores.py
 and conv.py are the parts they are made of; initializers.py has `Orthogonal`, haiku's,
 safe to vmap on a CPU (a network of your own that vmaps its init over runs should use it).
 adapters.py wraps a Flax linen, Flax NNX, Equinox or Haiku module of your own
@@ -30,6 +32,7 @@ from podracer.components.networks.cores import LSTMCore
 from podracer.components.networks.distributional import (CategoricalHead,
                                                          categorical_critic,
                                                          categorical_q_network)
+from podracer.components.networks.encoders import ReplicatorResNet, replicator_resnet
 from podracer.components.networks.initializers import Orthogonal, unbatched_qr
 from podracer.components.networks.heads import DuelingHead, PolicyValueHead, PolicyValueOutput
 from podracer.components.networks.muzero import MuZeroNetwork, muzero_mlp, muzero_resnet
@@ -40,6 +43,7 @@ from podracer.components.networks.torsos import (ACTIVATIONS, ATARI_TORSOS, MLP,
 
 __all__ = [
     "CategoricalHead", "categorical_critic", "categorical_q_network",
+    "ReplicatorResNet", "replicator_resnet",
     "Orthogonal", "unbatched_qr", "ACTIVATIONS", "ATARI_TORSOS", "DeterministicPolicyNetwork", "DuelingHead",
     "GaussianOutput", "GaussianPolicyNetwork", "deterministic_policy",
     "gaussian_actor_critic",

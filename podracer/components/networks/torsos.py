@@ -174,14 +174,17 @@ def max_pool_same(x: jax.Array, window: int, stride: int) -> jax.Array:
 class ImpalaResNet(hk.Module):
   """The IMPALA deep torso (Espeholt et al. 2018).
 
-  Each section: conv 3x3, max-pool 3x3 stride 2, two residual blocks
+  Each section: conv 3x3, max-pool 3x3 stride 2, `blocks` (two) residual blocks
   (relu, conv, relu, conv, + input); then relu, flatten and a dense layer with relu.
-  84x84 inputs leave 11x11 after the three pools.
+  84x84 inputs leave 11x11 after the three pools. One block a section is TF-Replicator's
+  9-layer ResNet (encoders.py).
   """
 
   def __init__(self, channels: Sequence[int] = (16, 32, 32), channels_first: bool = True,
-               hidden_size: int = 256, layer_norm: bool = False, name: Optional[str] = None):
+               hidden_size: int = 256, layer_norm: bool = False, name: Optional[str] = None,
+               blocks: int = 2):
     super().__init__(name=name)
+    self._blocks = int(blocks)
     self._channels = tuple(channels)
     self._channels_first = channels_first
     self._hidden_size = hidden_size
@@ -214,7 +217,7 @@ def _impala_features(module: ImpalaResNet, x: jax.Array) -> jax.Array:
   for i, channels in enumerate(module._channels):  # pylint: disable=protected-access
     x = conv(channels, f"section_{i}_conv")(x)
     x = max_pool_same(x, window=3, stride=2)
-    for j in range(2):
+    for j in range(module._blocks):  # pylint: disable=protected-access
       block = f"section_{i}_block_{j}"
       y = conv(channels, f"{block}_conv_0")(jax.nn.relu(x))
       y = conv(channels, f"{block}_conv_1")(jax.nn.relu(y))
