@@ -57,13 +57,17 @@ class AnakinState(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class AnakinOptions:
-  """`runtime.*`: environments per device, steps per update, updates per call."""
+  """`runtime.*`: environments per device, steps per update, updates per call; with
+  `fixed_batch` (TF-Replicator's strong scaling) `num_envs_per_device` environments in
+  all, split over the mesh's data devices (podracer/runtimes/model_axis.py)."""
   num_envs_per_device: int = 4
   rollout_length: int = 128
   updates_per_call: int = 16
+  fixed_batch: bool = False
 
   def plan(self, topology: Any, total_env_steps: int) -> Plan:
-    steps_per_update = topology.num_replicas * self.num_envs_per_device * self.rollout_length
+    replicas = 1 if self.fixed_batch else topology.num_replicas
+    steps_per_update = replicas * self.num_envs_per_device * self.rollout_length
     return plan_rounds(steps_per_update * self.updates_per_call, self.updates_per_call,
                       total_env_steps)
 
@@ -102,6 +106,7 @@ class Anakin(Runtime):
     self.num_envs_per_device = options.num_envs_per_device
     self.rollout_length = options.rollout_length
     self.updates_per_call = options.updates_per_call
+    self.fixed_batch = options.fixed_batch
     self.plan = plan
     self.steps_per_call, self.num_calls = plan.env_steps_per_round, plan.num_rounds
     self.calls_done = 0  # Calls stepped (from the resumed one).
@@ -175,7 +180,7 @@ class Anakin(Runtime):
 
   def _rows(self):
     """(run group, replica index) of each of this process's devices of the mesh."""
-    here = self.topology.num_devices // model_axis.model_size(self.mesh)
+    here = self.layout.rows_here if self.layout is not None else self.topology.num_devices
     first = jax.process_index() * here
     return [divmod(first + i, self.mesh_data) for i in range(here)]
 
@@ -218,7 +223,8 @@ class Anakin(Runtime):
     def env_step(carry, step_key):
       env_state, action, actor_state = carry
       env_state, timestep, stats = self.env.step(env_state, action)
-      if self._on_cpu and not self._vmapped:  # (jax 0.4's vmap has no rule for the barrier)
+      if self._on_cpu and not (self._vmapped or self.fixed_batch):  # (jax 0.4's vmap has
+        # no rule for the barrier; a fixed batch's program is vmapped over its one replica)
         # Without the barrier XLA:CPU fuses the auto-reset select into the first layer and
         # keeps the observation column-major, which moves that layer's dot off the fast
         # (YNN) kernels: 5-7% of a 4-env PPO CartPole program (benchmarks/anakin.py).

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from podracer import mesh as mesh_lib
 from podracer.components import shardings
@@ -35,40 +35,68 @@ def model_size(mesh: Mesh) -> int:
 
 
 class Layout:
-  """Where one replica's state lies on its K devices, and the programs compiled so."""
+  """Where one replica's state lies on its devices, and the programs compiled so: over
+  K devices of the `model` axis (the sharding policy's specs), and with `fixed_batch`
+  one replica of a run over all of the `data` axis too, its environments split over it
+  (TF-Replicator's strong scaling: the program is the one-device program, whatever the
+  devices, so its updates are the same to float rounding)."""
 
-  def __init__(self, mesh: Mesh, rule: shardings.Rule, state: Any):
-    self.mesh, self.model = mesh, model_size(mesh)
+  def __init__(self, mesh: Mesh, rule: shardings.Rule, state: Any,
+               fixed_batch: bool = False, on_policy: bool = True):
+    self.mesh, self.model, self.fixed_batch = mesh, model_size(mesh), fixed_batch
     self.specs = state_specs(rule, self.model, state)
+    if fixed_batch:
+      self.specs = batch_split(self.specs, state, on_policy, mesh.shape[mesh_lib.DATA])
+    # A row of the state: one a replica (manual over runs x data), or one a run.
+    self.lead = mesh_lib.RUNS if fixed_batch else mesh_lib.AXES
 
   @classmethod
   def of(cls, runtime: Any) -> Optional["Layout"]:
-    """The layout of an Anakin runtime's state (its mesh, its topology's rule), or None
-    when the mesh has no `model` axis."""
-    if model_size(runtime.mesh) == 1:
+    """The layout of an Anakin runtime's state (its mesh, its topology's rule, its
+    `fixed_batch`), or None for a replica a device (the mesh of runs x data)."""
+    if model_size(runtime.mesh) == 1 and not runtime.fixed_batch:
       return None
-    if runtime.num_runs > 1 or runtime._vmapped:  # pylint: disable=protected-access
-      raise ConfigError(
-          "Config key `topology.model` is above 1 with many runs in one program "
-          "(`num_runs`, `sweep` or `population`): a replica over several devices trains "
-          "one run. Set --config.topology.model=1, or train the runs one by one.")
+    _check(runtime)
     key = jax.random.PRNGKey(0)
     state = jax.eval_shape(runtime._init_replica, key, key)  # pylint: disable=protected-access
-    return cls(runtime.mesh, runtime.topology.rule, state)
+    return cls(runtime.mesh, runtime.topology.rule, state, runtime.fixed_batch,
+               runtime.agent.replay is None)
+
+  @property
+  def rows_here(self) -> int:
+    """This process's rows of the state."""
+    if self.fixed_batch:
+      return 1
+    return len(mesh_lib.local_devices_of(self.mesh)) // self.model
 
   def compile(self, init: Callable[..., Any], step: Callable[..., Any],
               donate: bool) -> Tuple[Callable[..., Any], Callable[..., Any]]:
     """(init(nets_keys, keys) -> state, step(state) -> (state, records)) over the mesh."""
-    return (shardings.spmd(init, self.mesh, (WHOLE, WHOLE), self.specs),
-            shardings.spmd(step, self.mesh, (self.specs,), (self.specs, WHOLE),
-                           donate=donate))
+    if not self.fixed_batch:
+      return (shardings.spmd(init, self.mesh, (WHOLE, WHOLE), self.specs),
+              shardings.spmd(step, self.mesh, (self.specs,), (self.specs, WHOLE),
+                             donate=donate))
+    # One row a run, its replica axis of one (`replica_mean` is the identity): the
+    # compiler splits the batch over `data` and joins the gradients itself.
+    per_run = lambda fn: jax.vmap(fn, axis_name=mesh_lib.DATA)
+    return (jax.jit(per_run(init), in_shardings=(self.shardings(WHOLE),) * 2,
+                    out_shardings=self.shardings(self.specs)),
+            jax.jit(per_run(step), in_shardings=(self.shardings(self.specs),),
+                    out_shardings=(self.shardings(self.specs), self.shardings(WHOLE)),
+                    donate_argnums=(0,) if donate else ()))
+
+  def shardings(self, specs: Any) -> Any:
+    """Model specs of one row (a PartitionSpec() for a whole subtree) -> the rows'
+    NamedShardings: the leading axis over `lead`, the rest as each spec says."""
+    return jax.tree.map(lambda s: NamedSharding(self.mesh, PartitionSpec(self.lead, *s)),
+                        specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
 
   def put(self, rows: Any, specs: Any = WHOLE) -> Any:
     """This process's rows ([its runs x data rows, ...], host or device arrays) ->
     global arrays of the mesh, each row over its replica's devices as `specs` say."""
-    first = len(mesh_lib.local_devices_of(self.mesh)) // self.model * jax.process_index()
+    first = self.rows_here * jax.process_index()
     rows = jax.tree.map(np.asarray, rows)
-    shardings_of = shardings.row_shardings(self.mesh, specs)
+    shardings_of = self.shardings(specs)
 
     def one(x, where):
       shape = (x.shape[0] * jax.process_count(), *x.shape[1:])
@@ -86,6 +114,54 @@ def describe(mesh: Mesh, state: Any) -> Dict[str, Any]:
   shape.update(zip(mesh.axis_names, (int(n) for n in mesh.devices.shape)))
   return dict(mesh=shape, param_bytes_per_device=shardings.bytes_per_device(
       (state.agent.nets, state.agent.opt)))
+
+
+def _check(runtime: Any) -> None:
+  """What a layout over several devices a replica does not do (yet): many runs; a fixed
+  batch that does not split evenly over `data`, or over several processes."""
+  key = "topology.model" if model_size(runtime.mesh) > 1 else "runtime.fixed_batch"
+  if runtime.runs is not None or runtime.num_runs > 1:
+    raise ConfigError(
+        f"Config key `{key}` asks for one replica over several devices, with many runs in "
+        "one program (`num_runs`, `sweep` or `population`): such a replica trains one run. "
+        f"Unset `{key}`, or train the runs one by one.")
+  data = runtime.mesh.shape[mesh_lib.DATA]
+  if runtime.fixed_batch and runtime.num_envs_per_device % data:
+    raise ConfigError(
+        f"Config key `runtime.fixed_batch` splits the run's {runtime.num_envs_per_device} "
+        f"environments (`runtime.num_envs_per_device`) over the mesh's {data} data "
+        f"devices, which do not divide them. Set --config.runtime.num_envs_per_device to a "
+        f"multiple of {data}, or --config.topology.num_devices to a divisor of "
+        f"{runtime.num_envs_per_device}.")
+  if runtime.fixed_batch and jax.process_count() > 1:
+    raise ConfigError("Config key `runtime.fixed_batch` trains on one process's devices "
+                      "for now: unset it for a run over several processes.")
+
+
+def batch_split(specs: Any, state: Any, on_policy: bool, data: int) -> Any:
+  """`specs` with the environments' axis split over `data`: axis 0 of the environments'
+  and the actor's state, axis 1 of the pending entries and (with no replay) of the
+  latest trajectory; a leaf whose axis is not the batch's, or is split already, stays."""
+  split = lambda axis: lambda spec, x: _split(spec, x, axis, data)
+  agent = specs.agent._replace(
+      actor=_map(split(0), specs.agent.actor, state.agent.actor),
+      experience=(_map(split(1), specs.agent.experience, state.agent.experience)
+                  if on_policy else specs.agent.experience))
+  return specs._replace(agent=agent, env=_map(split(0), specs.env, state.env),
+                        pending=_map(split(1), specs.pending, state.pending))
+
+
+def _map(fn: Callable[[PartitionSpec, Any], PartitionSpec], specs: Any, state: Any) -> Any:
+  """`fn(spec, leaf)` over a state subtree whose specs may be one PartitionSpec."""
+  if isinstance(specs, PartitionSpec):
+    return jax.tree.map(lambda x: fn(specs, x), state)
+  return jax.tree.map(fn, specs, state, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def _split(spec: PartitionSpec, x: Any, axis: int, data: int) -> PartitionSpec:
+  if len(x.shape) <= axis or any(spec) or x.shape[axis] % data:
+    return spec
+  return PartitionSpec(*[mesh_lib.DATA if i == axis else None for i in range(axis + 1)])
 
 
 def state_specs(rule: shardings.Rule, model: int, state: Any) -> Any:
