@@ -244,3 +244,24 @@ def test_a_fixed_batch_that_does_not_split_over_data_names_the_key():
   with pytest.raises(ConfigError, match=r"`runtime.fixed_batch` splits the run's 6 env"
                      r".*4 data devices.*multiple of 4"):
     builder.build(config)
+
+
+@pytest.mark.reverb_lane
+def test_a_replica_over_several_devices_builds_where_jax_partitions_it():
+  """JAX >= 0.6 compiles Anakin's partial-auto program; on the Reverb lane's 0.4.34 XLA
+  aborts compiling it, so the build refuses it naming the key and two ways out (a fixed
+  batch there compiles and gives the one-device updates: the program is a plain jit)."""
+  from tests.test_mesh import _ppo  # pylint: disable=import-outside-toplevel
+  from podracer import builder  # pylint: disable=import-outside-toplevel
+  from podracer.runtimes import model_axis  # pylint: disable=import-outside-toplevel
+  config = _ppo(1, num_devices=8)
+  config.topology.model, config.topology.sharding = 4, "tensor"
+  if model_axis.PARTIAL_AUTO:
+    assert builder.build(config).runtime.layout.model == 4
+    assert jax.__version_info__ >= (0, 6)
+  else:
+    with pytest.raises(ConfigError, match=r"`topology.model` is 4, but this JAX \(0\.4"
+                       r".*--config.topology.model=1.*runtime.fixed_batch=true"):
+      builder.build(config)
+  config.runtime.fixed_batch = True
+  assert builder.build(config).runtime.layout.fixed_batch

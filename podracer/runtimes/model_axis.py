@@ -26,6 +26,12 @@ from podracer import mesh as mesh_lib
 from podracer.components import shardings
 from podracer.errors import ConfigError
 
+try:  # jax >= 0.6: partial-auto shard_map partitions Anakin's program over `model`.
+  from jax import shard_map as _  # pylint: disable=g-import-not-at-top,unused-import
+  PARTIAL_AUTO = True
+except ImportError:  # jax 0.4.34 (the Reverb lane): XLA aborts compiling it.
+  PARTIAL_AUTO = False
+
 WHOLE = PartitionSpec()  # A subtree whose rows are whole on each of a replica's devices.
 
 
@@ -125,6 +131,14 @@ def _check(runtime: Any) -> None:
         f"Config key `{key}` asks for one replica over several devices, with many runs in "
         "one program (`num_runs`, `sweep` or `population`): such a replica trains one run. "
         f"Unset `{key}`, or train the runs one by one.")
+  model = model_size(runtime.mesh)
+  if model > 1 and not runtime.fixed_batch and not PARTIAL_AUTO:
+    raise ConfigError(
+        f"Config key `topology.model` is {model}, but this JAX ({jax.__version__}) cannot "
+        "partition Anakin's program over a replica's devices (XLA aborts compiling its "
+        "partial-auto shard_map). Set --config.topology.model=1, or add "
+        "--config.runtime.fixed_batch=true (the whole program partitioned by the compiler; "
+        "num_envs_per_device then counts the run's environments), or use JAX >= 0.6.")
   data = runtime.mesh.shape[mesh_lib.DATA]
   if runtime.fixed_batch and runtime.num_envs_per_device % data:
     raise ConfigError(
