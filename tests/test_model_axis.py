@@ -265,3 +265,35 @@ def test_a_replica_over_several_devices_builds_where_jax_partitions_it():
       builder.build(config)
   config.runtime.fixed_batch = True
   assert builder.build(config).runtime.layout.fixed_batch
+
+
+@pytest.mark.slow
+def test_a_checkpoint_at_model_4_resumes_at_model_2_and_1_to_the_same_records(tmp_path):
+  """Saved after the first of two calls at data 2 x model 4 (tensor), resumed at data 2 x
+  model 2 (4 devices) and data 2 x model 1 (2 devices): the second call's records are
+  the uninterrupted run's, to float32 rounding (as between K = 4 and K = 1 above)."""
+  from tests.test_mesh import _ppo  # pylint: disable=import-outside-toplevel
+  from podracer import builder  # pylint: disable=import-outside-toplevel
+  from podracer.lifecycle import checkpoint  # pylint: disable=import-outside-toplevel
+
+  def runtime(model):
+    config = _ppo(2, num_devices=2 * model)
+    config.total_env_steps = 2 * 256 * 2
+    config.topology.model, config.topology.sharding = model, "tensor"
+    return builder.build(config).runtime
+
+  saver = checkpoint.Checkpointer(str(tmp_path))
+  four = runtime(4)
+  state, _, _ = four.step(four.init())
+  saver.save(1, state, 1, **four._counters(1))  # pylint: disable=protected-access
+  saver.close()
+  _, expected, expected_episodes = four.step(state)
+  for model in (2, 1):
+    other = runtime(model)
+    restored, first_call = other._resume(other.init(), checkpoint.Checkpointer(  # pylint: disable=protected-access
+        str(tmp_path)))
+    assert first_call == 1
+    _, metrics, episodes = other.step(restored)
+    np.testing.assert_array_equal(episodes, expected_episodes)
+    for k, v in expected.items():
+      np.testing.assert_allclose(metrics[k], v, rtol=1e-5, atol=1e-6, err_msg=(model, k))

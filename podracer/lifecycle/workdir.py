@@ -84,7 +84,10 @@ def previous_records(workdir: str) -> int:
 # What may change between a run and its resumption.
 RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics",  # Budget; display;
                      "eval_video",                                 # what is watched;
-                     "compile_cache")                              # where programs wait.
+                     "compile_cache",                              # where programs wait;
+                     # a replica's devices and their layout (issue 78: the runtime checks
+                     # that the mesh's runs x data rows stay the checkpoint's).
+                     "topology.model", "topology.sharding", "topology.num_devices")
 # Keys a later version added to every config, at the value that behaves as before: a
 # workdir whose config.json lacks one resumes (0.11.0: population-based training).
 ADDED_KEYS = {"population.kind": "none", "population.interval": None,

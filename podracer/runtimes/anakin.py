@@ -353,7 +353,9 @@ class Anakin(Runtime):
     if checkpointer is None or checkpointer.latest() is None:
       return state, 0
     saved = checkpointer.meta().get("mesh")  # None: before 0.9.0, one run per mesh row
-    if saved is not None and tuple(saved) != self.mesh.devices.shape:
+    # Its rows (runs x data) must be this mesh's; a replica's K devices may differ (the
+    # checkpoint holds whole arrays, laid anew by this run's sharding policy).
+    if saved is not None and tuple(saved[:2]) != self.mesh.devices.shape[:2]:
       raise ConfigError(
           f"The checkpoint in {checkpointer.directory} was saved on a mesh of runs={saved[0]} "
           f"x data={saved[1]} devices; this run's is runs={self.mesh_runs} x "
