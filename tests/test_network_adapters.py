@@ -18,9 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from ml_collections import config_dict
 
 from agents.ppo import config as ppo_config
-from podracer import builder, launch, registry
+from podracer import builder, launch, registry, testing
 from podracer.components import networks
 from podracer.components.networks import PolicyValueOutput
 from podracer.config import presets
@@ -273,3 +274,50 @@ def test_play_from_a_linen_network_s_checkpoint(tmp_path):
   assert played.returncode == 0, played.stderr[-2000:]
   frames = iio.imread(tmp_path / "videos" / "play.gif")
   assert frames.shape[0] >= 300, frames.shape
+
+
+@pytest.mark.slow
+def test_meta_gradients_adapt_through_a_linen_network():
+  """PPO with `meta_loss=meta_gradient` (the discount and lambda adapted through one inner
+  update of the network's parameters) on the linen example: one compiled call of 16
+  updates moves the discount up from 0.9 towards the reference 0.99, as with Haiku's
+  network (tests/test_meta_gradient.py), and trains the parameters."""
+  c = small_config(NAMES["linen"], 8192)
+  c.agent.discount = 0.9
+  c.meta_loss = config_dict.ConfigDict(dict(name="meta_gradient", learning_rate=0.05))
+  before, after, metrics = testing.one_update(c)
+  assert np.all(np.isfinite(metrics["meta_discount"]))
+  assert metrics["meta_discount"].reshape(-1)[-1] > 0.9, metrics["meta_discount"]
+  assert not np.allclose(before["params"]["Dense_0"]["kernel"],
+                         after["params"]["Dense_0"]["kernel"])
+
+
+class _LinenGaussian(nn.Module):
+  """PureJaxRL's continuous actor-critic (ppo_continuous_action.py), smaller: a diagonal
+  Gaussian with a state-independent log-std, as a distrax MultivariateNormalDiag."""
+  action_dim: int
+
+  @nn.compact
+  def __call__(self, x):
+    mean = nn.Dense(self.action_dim)(nn.tanh(nn.Dense(16)(x)))
+    log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+    pi = distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
+    return pi, nn.Dense(1)(nn.tanh(nn.Dense(16)(x)))[:, 0]
+
+
+@pytest.mark.slow
+def test_a_linen_gaussian_actor_critic_trains_ppo_on_pendulum():
+  """PureJaxRL's `(MultivariateNormalDiag, value)` read as the `normal` distribution's
+  parameters (mean, log scale): PPO's pendulum_anakin config builds with it and one
+  compiled call of updates trains its mean and its log-std."""
+  registry.networks.register("linen_gaussian", networks.module(_LinenGaussian))
+  c = ppo_config.pendulum_anakin()
+  c.topology.num_devices = 1
+  c.network = presets.section("linen_gaussian")
+  c.runtime.updates_per_call = 2
+  before, after, metrics = testing.one_update(c)
+  assert np.all(np.isfinite(metrics["loss"]))
+  # The config normalises observations: the network's parameters sit beside the statistics.
+  before, after = before["network"]["params"], after["network"]["params"]
+  assert not np.allclose(before["log_std"], after["log_std"])
+  assert not np.allclose(before["Dense_1"]["kernel"], after["Dense_1"]["kernel"])
