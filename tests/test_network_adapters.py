@@ -1,7 +1,10 @@
 """Networks of Flax linen, Flax NNX and Equinox (podracer/components/networks/adapters.py)
 wrapped to podracer's contract: the examples' PureJaxRL-style actor-critics
-(examples/networks/) train PPO on CartPole through PPO's own config and resume exactly;
-stateful modules, modules of no library and outputs that do not fit are refused by name."""
+(examples/networks/) train PPO on CartPole through PPO's own config and resume exactly,
+learn over 5 seeds in one program as the Haiku network does, and the linen one under
+Sebulba, SEED, podracer.play and meta-gradients (and PureJaxRL's continuous module on
+Pendulum); stateful modules, modules of no library, a library not installed and outputs
+that do not fit are refused by name."""
 
 import json
 import os
