@@ -13,6 +13,12 @@ compiled with `podracer.components.shardings.spmd`; printed:
 
     python benchmarks/model_parallel.py                      # 8 virtual CPU devices
     python benchmarks/model_parallel.py --width=2048 --sharding=fsdp
+
+With `--ppo_env_steps=N`, PPO CartPole (`cartpole_anakin`, `--config.runtime.fixed_batch`:
+8 environments in all) trained for N env steps at data 2 x model 4 (`--sharding`'s first
+policy) and at data 8 x model 1, the same seed: each run's figures (the mean return of its
+last 20 % of records, the median env steps/s) and how far the first's records are from
+the second's.
 """
 
 from __future__ import annotations
@@ -92,6 +98,34 @@ def measure(width: int, sharding: str, model: int, batch_size: int, repeats: int
               step_ms=round(1e3 * float(np.median(times[1:])), 2))
 
 
+def ppo(total_env_steps: int, sharding: str, seed: int = 0) -> None:
+  """PPO CartPole with a fixed batch of 8 environments at data 2 x model 4 and at data 8
+  x model 1: each run's figures, then the largest differences between their records."""
+  from agents.ppo import config as ppo_config  # pylint: disable=import-outside-toplevel
+  from podracer import builder, launch  # pylint: disable=import-outside-toplevel
+  launch.register_components_and_agents()
+  records = {}
+  for model in (4, 1):
+    config = ppo_config.cartpole_anakin()
+    config.seed, config.total_env_steps = seed, total_env_steps
+    config.runtime.update(dict(num_envs_per_device=8, fixed_batch=True))
+    config.topology.model, config.topology.sharding = model, sharding
+    records[model] = builder.build(config).train(stream=None)["records"]
+    returns = [r["episode_return"] for r in records[model] if "episode_return" in r]
+    sps = sorted(r["sps"] for r in records[model] if not r.get("includes_compilation"))
+    print(dict(agent="ppo", sharding=sharding if model > 1 else "replicated", model=model,
+               data=8 // model, env_steps=records[model][-1]["env_steps"],
+               held_return=round(float(np.mean(returns[-max(1, len(returns) // 5):])), 2),
+               median_sps=round(sps[len(sps) // 2]) if sps else None), flush=True)
+  keys = ("episode_return", "loss", "value_loss", "policy_loss", "entropy")
+  pairs = list(zip(records[4], records[1]))
+  same = [all(np.isclose(a.get(k, 0.0), b.get(k, 0.0), rtol=1e-5, atol=1e-6) for k in keys)
+          for a, b in pairs]
+  print(dict(records_equal_to_rtol_1e5=f"{(same + [False]).index(False)} of {len(pairs)}",
+             max_abs_difference={k: float(max(abs(a.get(k, 0.0) - b.get(k, 0.0))
+                                              for a, b in pairs)) for k in keys}))
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--width", type=int, default=1024)
@@ -99,8 +133,12 @@ def main(argv=None) -> None:
   parser.add_argument("--sharding", default="fsdp,tensor")
   parser.add_argument("--models", default="1,2,4,8")
   parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--ppo_env_steps", type=int, default=0)
   args = parser.parse_args(argv)
   register_builtin_components()
+  if args.ppo_env_steps:
+    ppo(args.ppo_env_steps, args.sharding.split(",")[0])
+    return
   print(f"# {jax.device_count()} x {jax.devices()[0].platform}, JAX {jax.__version__}, "
         f"MLP 4-{args.width}-{args.width} actor and critic, Adam")
   for sharding in args.sharding.split(","):
