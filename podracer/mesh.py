@@ -137,8 +137,12 @@ def spmd(fn: Callable[..., Any], mesh: Mesh, donate: bool = False) -> Callable[.
 
 
 def sharding(mesh: Mesh) -> NamedSharding:
-  """One row per device of `mesh`."""
-  return NamedSharding(mesh, PartitionSpec(AXES))
+  """One row per device of `mesh`, written as a compiled call writes its outputs' (the
+  mesh's axes of one device left out): arrays a resumed run places come in as the step's
+  outputs do, so its programs are the first launch's, read from the compilation cache."""
+  axes = tuple(axis for axis in AXES if mesh.shape[axis] > 1)
+  return NamedSharding(mesh, PartitionSpec(axes if len(axes) > 1 else axes[0])
+                       if axes else PartitionSpec())
 
 
 def put(mesh: Mesh, tree: Any) -> Any:

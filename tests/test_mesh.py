@@ -185,3 +185,15 @@ def test_a_deprecation_warning_from_podracer_code_fails_the_default_lane():
   with pytest.raises(DeprecationWarning):
     warnings.warn_explicit("probe", DeprecationWarning, "podracer/mesh.py", 1,
                            module="podracer.mesh")
+
+
+@pytest.mark.reverb_lane  # How a compiled call writes its outputs' shardings is JAX's.
+@pytest.mark.parametrize("devices,runs", [(1, 1), (8, 1), (8, 2), (8, 8)])
+def test_placed_rows_have_the_shardings_a_compiled_call_gives_its_outputs(devices, runs):
+  """A resumed run places its state with `mesh.put`: the same shardings as the step's
+  outputs, or its first step lowers another program and misses the compilation cache the
+  first launch wrote."""
+  grid = mesh.device_mesh(jax.devices()[:devices], runs=runs)
+  rows = np.zeros((devices, 3), np.float32)
+  out = mesh.spmd(lambda x: x + 1, grid)(mesh.put(grid, rows))
+  assert mesh.put(grid, rows).sharding == out.sharding
