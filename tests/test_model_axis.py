@@ -270,16 +270,25 @@ def test_a_replica_over_several_devices_builds_where_jax_partitions_it():
 @pytest.mark.slow
 def test_a_checkpoint_at_model_4_resumes_at_model_2_and_1_to_the_same_records(tmp_path):
   """Saved after the first of two calls at data 2 x model 4 (tensor), resumed at data 2 x
-  model 2 (4 devices) and data 2 x model 1 (2 devices): the second call's records are
-  the uninterrupted run's, to float32 rounding (as between K = 4 and K = 1 above)."""
+  model 2 (4 devices) under a user's own registered rule and at data 2 x model 1 (2
+  devices): the second call's records are the uninterrupted run's, to float32 rounding
+  (as between K = 4 and K = 1 above)."""
   from tests.test_mesh import _ppo  # pylint: disable=import-outside-toplevel
   from podracer import builder  # pylint: disable=import-outside-toplevel
   from podracer.lifecycle import checkpoint  # pylint: disable=import-outside-toplevel
 
+  @registry.shardings.register("test_critic_rows")
+  def critic_rows(model):  # A user's rule: the critic torso's weights split by rows.
+    del model
+    return lambda path, shape: (jax.sharding.PartitionSpec("model") if
+                                path.startswith("critic_torso/") and path.endswith("/w")
+                                and shape[0] % 2 == 0 else None)
+
   def runtime(model):
     config = _ppo(2, num_devices=2 * model)
     config.total_env_steps = 2 * 256 * 2
-    config.topology.model, config.topology.sharding = model, "tensor"
+    config.topology.model = model
+    config.topology.sharding = "test_critic_rows" if model == 2 else "tensor"
     return builder.build(config).runtime
 
   saver = checkpoint.Checkpointer(str(tmp_path))
@@ -288,11 +297,20 @@ def test_a_checkpoint_at_model_4_resumes_at_model_2_and_1_to_the_same_records(tm
   saver.save(1, state, 1, **four._counters(1))  # pylint: disable=protected-access
   saver.close()
   _, expected, expected_episodes = four.step(state)
-  for model in (2, 1):
-    other = runtime(model)
+  try:
+    others = {2: runtime(2)}
+  finally:
+    registry.shardings.unregister("test_critic_rows")
+  others[1] = runtime(1)
+  for model, other in others.items():
     restored, first_call = other._resume(other.init(), checkpoint.Checkpointer(  # pylint: disable=protected-access
         str(tmp_path)))
     assert first_call == 1
+    if model == 2:  # The user's rule laid the restored state.
+      nets = restored.agent.nets
+      assert tuple(nets["critic_torso/linear_1"]["w"].sharding.spec) == (("runs", "data"),
+                                                                         "model")
+      assert tuple(nets["actor_torso/linear_1"]["w"].sharding.spec) == (("runs", "data"),)
     _, metrics, episodes = other.step(restored)
     np.testing.assert_array_equal(episodes, expected_episodes)
     for k, v in expected.items():
