@@ -309,21 +309,17 @@ def _rss_mb():
   raise AssertionError("no VmRSS")
 
 
-@pytest.mark.slow
-def test_a_nan_worker_and_a_fuzzer_beside_two_workers_do_not_stop_ppo(capsys):
-  """PPO `cartpole_seed` (1M of its 2M env steps, its two local workers) with a third
-  slot: a worker joins it, steps 50 good steps and then NaN, and is dropped; a seeded
-  fuzzer then sends random frames on both transports, with and without a valid
-  handshake, until 800K env steps. The run holds what PPO holds without them (it reaches
-  450 at about 200K; docs/seed.md: 495-500 over the last 20 % of 2M, seeds 0-2;
-  asserted: 450, 0.9x of 500, over 800K-1M), names the dropped worker, has
-  a line for every peer it dropped and no traceback, and its memory grows by less than
-  100 MB while the fuzzer runs (2026-11-28: 898 peers in about 90 s, 15 MB)."""
+def _attacked_ppo(total: int, fuzz_until: int):
+  """PPO `cartpole_seed` for `total` env steps with a third slot: a worker joins it, steps
+  50 good steps and then NaN, and is dropped; a seeded fuzzer then sends random frames on
+  both transports, with and without a valid handshake, until `fuzz_until` env steps.
+  Returns the records, the NaN worker's reply, the fuzzer's figures and the server's
+  failure lines."""
   config = one_device(ppo_config.cartpole_seed())
   config.runtime.num_workers = 3
-  config.total_env_steps = 1_000_000
-  experiment = builder.build(config)
-  runtime, logger = experiment.runtime, MetricsLogger(stream=None)
+  config.total_env_steps = total
+  runtime = builder.build(config).runtime
+  logger = MetricsLogger(stream=None)
   out, peers = {}, {}
 
   def attack():
@@ -332,28 +328,54 @@ def test_a_nan_worker_and_a_fuzzer_beside_two_workers_do_not_stop_ppo(capsys):
     seed_peers.nan_worker(runtime.listener.address, 50, out)
     peers["fuzzer"] = fuzzer = seed_peers.Fuzzer(runtime.listener.address, seed=0)
     peers["rss"] = _rss_mb()
-    # Until 800K env steps: every connection it makes ends while the run still runs.
-    fuzzer.run(600, until=lambda: logger.records[-1]["env_steps"] >= 800_000)
+    # Every connection it makes ends while the run still runs.
+    fuzzer.run(600, until=lambda: logger.records[-1]["env_steps"] >= fuzz_until)
     peers["rss_end"] = _rss_mb()
   attacker = threading.Thread(target=attack, daemon=True)
   attacker.start()
   runtime.train(logger)
   peers["fuzzer"].stop.set()
   attacker.join(30)
-  said = capsys.readouterr().err
+  return logger.records, out, peers, runtime.server.failures
+
+
+def _check_what_the_attack_left(said, records, out, peers, failures, total):
+  """The NaN worker refused and named, a line for every peer dropped, no traceback, less
+  than 100 MB grown while the fuzzer ran (2026-11-28: 898 peers in about 90 s, 15 MB),
+  and the run at its end."""
   assert out["reply"][0] == "REFUSE" and b"non-finite reward (nan)" in out["reply"][1]
   assert re.search(r"SEED: worker ipv[46]:\S+ \(seat 2\) was dropped: it sent a non-finite "
                    r"reward \(nan\) from environment 0", said), said[-3000:]
   assert "Traceback" not in said
   fuzzer = peers["fuzzer"]
   assert fuzzer.ended >= 20 and fuzzer.errors == [], fuzzer.errors[:3]
-  failures = runtime.server.failures
   assert len(failures) == fuzzer.ended + 1  # A line for each, and the NaN worker's.
   assert all("\n" not in f for f in failures)
-  assert peers["rss_end"] - peers["rss"] < 100, peers  # 15 MB over 898 peers here
-  records = logger.records
+  assert peers["rss_end"] - peers["rss"] < 100, peers
   assert max(r.get("workers_dropped", 0) for r in records) >= 1
-  assert records[-1]["env_steps"] >= 1_000_000
+  assert records[-1]["env_steps"] >= total
+
+
+@pytest.mark.slow
+def test_a_nan_worker_and_a_fuzzer_beside_two_workers_are_dropped_and_ppo_goes_on(capsys):
+  """`_attacked_ppo` over PPO's first 300K env steps, the fuzzer until 200K: every peer
+  dropped with its line and the run to its end. Whether PPO still holds its return under
+  the attack is the extended test below (1M env steps)."""
+  records, out, peers, failures = _attacked_ppo(300_000, 200_000)
+  _check_what_the_attack_left(capsys.readouterr().err, records, out, peers, failures,
+                              300_000)
+
+
+@pytest.mark.extended
+@pytest.mark.slow
+def test_a_nan_worker_and_a_fuzzer_beside_two_workers_do_not_stop_ppo(capsys):
+  """PPO `cartpole_seed` (1M of its 2M env steps, its two local workers) under
+  `_attacked_ppo`'s attack until 800K env steps. The run holds what PPO holds without
+  them (docs/results/benchmarks.md: 450 reached at 303K to 612K, 500 held over the last
+  20 % of 2M, seeds 0-2; asserted: 450, 0.9x of 500, over 800K-1M)."""
+  records, out, peers, failures = _attacked_ppo(1_000_000, 800_000)
+  _check_what_the_attack_left(capsys.readouterr().err, records, out, peers, failures,
+                              1_000_000)
   held = last_fifth_means(records)[0]
   assert held >= 450, f"held {held:.1f} < 450 with a NaN worker and the fuzzer"
 
