@@ -147,7 +147,7 @@ def test_list_prints_every_registered_component_by_kind_with_its_keys():
         assert f"\n  {name}: " in result.stdout, (kind, name)
   assert "\n  muzero: " in result.stdout and "num_simulations=16" in result.stdout
   assert "sections: network, loss, optimizer" in result.stdout  # PPO's and IMPALA's
-  assert "\n  anakin: num_envs_per_device=4, rollout_length=128" in result.stdout
+  assert "\n  anakin: fixed_batch=False, num_envs_per_device=4, rollout_length=128" in result.stdout
   # With a config file, the components it registers are listed too.
   result = launch("--list", f"--config={ROOT / 'examples' / 'custom_components.py'}",
                   timeout=120)
