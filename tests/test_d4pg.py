@@ -14,6 +14,7 @@ from podracer import builder
 from podracer.errors import ConfigError
 from podracer.types import StepType, TimeStep, Trajectory
 from tests.components.test_categorical import categorical_td_loss_np, tiny_sequences
+from tests.components.test_dm_control import NO_EGL
 from tests.learning import assert_reached_and_held, launch_runs, one_call_learning
 
 
@@ -193,6 +194,8 @@ def test_a_shared_pixel_encoder_is_trained_by_the_critics_loss_alone():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(NO_EGL, reason="this machine has no libEGL (apt install libegl1): "
+                    "dm_control's headless renderer cannot load")
 def test_d4pg_from_pixels_under_seed_with_two_rendering_workers_runs(tmp_path):
   """control_pixels_seed as a user launches it, small: two worker processes rendering
   cartpole swingup at 24 x 24 (three frames, actions repeated 4 times), a small encoder
