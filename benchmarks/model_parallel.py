@@ -134,10 +134,11 @@ def main(argv=None) -> None:
   parser.add_argument("--models", default="1,2,4,8")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--ppo_env_steps", type=int, default=0)
+  parser.add_argument("--seed", type=int, default=0, help="PPO's seed")
   args = parser.parse_args(argv)
   register_builtin_components()
   if args.ppo_env_steps:
-    ppo(args.ppo_env_steps, args.sharding.split(",")[0])
+    ppo(args.ppo_env_steps, args.sharding.split(",")[0], args.seed)
     return
   print(f"# {jax.device_count()} x {jax.devices()[0].platform}, JAX {jax.__version__}, "
         f"MLP 4-{args.width}-{args.width} actor and critic, Adam")
