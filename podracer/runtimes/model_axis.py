@@ -27,7 +27,8 @@ from podracer.components import shardings
 from podracer.errors import ConfigError
 
 try:  # jax >= 0.6: partial-auto shard_map partitions Anakin's program over `model`.
-  from jax import shard_map as _  # pylint: disable=g-import-not-at-top,unused-import
+  from jax import shard_map as _shard_map  # pylint: disable=g-import-not-at-top
+  del _shard_map
   PARTIAL_AUTO = True
 except ImportError:  # jax 0.4.34 (the Reverb lane): XLA aborts compiling it.
   PARTIAL_AUTO = False
