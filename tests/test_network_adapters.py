@@ -140,7 +140,8 @@ def test_a_network_of_a_library_not_installed_is_one_paragraph_and_exit_2(tmp_pa
   said = " ".join(out.stderr.split())
   assert re.fullmatch(r"Config error: --import=\S*equinox_actor_critic\.py: module "
                       r"'equinox_actor_critic' could not import module 'equinox' .*"
-                      r"install it in this Python .*\.", said), said
+                      r"install it in this Python .*: pip install 'podracer\[equinox\]'\.",
+                      said), said
 
 
 class _ThreeActions(nn.Module):

@@ -26,6 +26,11 @@ from podracer.errors import ConfigError, deepest_frame
 FLAG = "--import"
 CONFIG_KEY = "imports"
 
+# Packages a user's module may import that come with one of podracer's extras (setup.py).
+EXTRAS = {"flax": "flax", "equinox": "equinox", "gymnax": "jax-envs", "brax": "jax-envs",
+          "mujoco_playground": "jax-envs", "dm_control": "dm-control", "evosax": "meta",
+          "gymnasium": "gymnasium", "wandb": "wandb"}
+
 _imported: List[str] = []  # What was imported, as given (for the registry's messages).
 _modules: List[str] = []   # ... and the modules' dotted names.
 
@@ -72,9 +77,11 @@ def import_one(spec: str) -> str:
     raise ConfigError(f"{FLAG}={spec}: {e}") from None
   except ModuleNotFoundError as e:
     if e.name is not None and name != e.name and not name.startswith(e.name + "."):
+      extra = EXTRAS.get(e.name.split(".")[0])
+      how = f": pip install 'podracer[{extra}]'" if extra else ""
       raise ConfigError(f"{FLAG}={spec}: module '{name}' could not import module "
                         f"'{e.name}' ({_where(e, name)}); install it in this Python "
-                        f"({sys.executable}).") from e
+                        f"({sys.executable}){how}.") from e
     raise ConfigError(
         f"{FLAG}={spec}: no module named '{name}' on the path (the current directory is "
         f"{os.getcwd()}). Pass a .py file or a package directory by its path "
