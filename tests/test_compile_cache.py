@@ -97,3 +97,14 @@ def test_an_empty_folder_turns_the_cache_off(restore_cache):
   assert not jax.config.jax_enable_compilation_cache
   assert compile_cache.use(None) == compile_cache.default_folder()
   assert jax.config.jax_enable_compilation_cache
+
+
+def test_on_the_reverb_lanes_jax_the_cache_is_off_unless_a_folder_is_named(monkeypatch):
+  """JAX 0.4.34 crashed reading a cached Sebulba learner program back (OLD_JAX)."""
+  monkeypatch.setattr(compile_cache, "jax_older_than", lambda major, minor: True)
+  assert compile_cache.default_folder({"XDG_CACHE_HOME": "/c"}) is None
+  assert compile_cache.default_folder({compile_cache.ENV: "/j"}) == "/j"
+  assert compile_cache.folder("/p") == "/p"
+  monkeypatch.undo()
+  assert compile_cache.jax_older_than(0, 5) is False  # This lane's JAX is newer.
+  assert compile_cache.jax_older_than(99, 0) is True

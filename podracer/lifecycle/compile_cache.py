@@ -5,7 +5,7 @@ config values that reach the program, JAX and XLA versions, devices and XLA_FLAG
 The folder (`compile_cache`, a top-level config key):
   unset     JAX_COMPILATION_CACHE_DIR if set (set empty: off, as JAX reads it), else
             $XDG_CACHE_HOME/podracer/xla (~/.cache/podracer/xla): one per user, shared
-            by all their runs
+            by all their runs (off on JAX older than 0.5: OLD_JAX)
   PATH      that folder (`--config.compile_cache=PATH`)
   ""        off (`--config.compile_cache=""`)
 
@@ -36,7 +36,24 @@ MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 # (4.9 s against 5.2 s shell to exit, medians of 3, 2026-12-07), for 44 KB more on disk.
 MIN_COMPILE_S = 0.0
 
+# On JAX 0.4.34 (the Reverb lane's) a resumed Sebulba run that read its learner's
+# program back from the cache crashed (a segmentation fault reading the step's output,
+# tests/test_checkpoint.py's Reverb-table resume, 2026-12-07); compiled afresh it runs.
+# There the cache is off unless a folder is named (JAX_COMPILATION_CACHE_DIR or
+# --config.compile_cache=PATH).
+OLD_JAX = (0, 5)
+
 _warned = set()
+
+
+def jax_older_than(major: int, minor: int) -> bool:
+  """Whether the installed JAX is older than major.minor (read without importing it)."""
+  from importlib import metadata  # pylint: disable=import-outside-toplevel
+  try:
+    version = tuple(int(part) for part in metadata.version("jax").split(".")[:2])
+  except (metadata.PackageNotFoundError, ValueError):
+    return False
+  return version < (major, minor)
 
 
 def default_folder(environ=None) -> Optional[str]:
@@ -45,6 +62,8 @@ def default_folder(environ=None) -> Optional[str]:
   environ = os.environ if environ is None else environ
   if ENV in environ:
     return environ[ENV] or None
+  if jax_older_than(*OLD_JAX):
+    return None  # The Reverb lane's JAX: see OLD_JAX.
   base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return os.path.join(base, "podracer", "xla")
 
