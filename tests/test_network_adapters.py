@@ -325,3 +325,27 @@ def test_a_linen_gaussian_actor_critic_trains_ppo_on_pendulum():
   before, after = before["network"]["params"], after["network"]["params"]
   assert not np.allclose(before["log_std"], after["log_std"])
   assert not np.allclose(before["Dense_1"]["kernel"], after["Dense_1"]["kernel"])
+
+
+def test_a_linen_network_trains_over_the_model_axis_as_over_data_alone():
+  """The linen example's network under Anakin at data 2 x model 2, `fsdp`: the records
+  of data 2 x model 1 to float32 rounding (as Haiku's: tests/test_model_axis.py), its
+  larger kernels split over `model`."""
+  from tests.test_mesh import _ppo  # pylint: disable=import-outside-toplevel
+  from tests.test_model_axis import _train  # pylint: disable=import-outside-toplevel
+  imports.import_all((EXAMPLES["linen"],))
+
+  def run(model):  # tests/test_model_axis.py's run: two calls of 2 updates, 2 replicas.
+    c = _ppo(2, num_devices=2 * model)
+    c.network = presets.section(NAMES["linen"])
+    c.total_env_steps = 2 * 256 * 2
+    c.topology.model, c.topology.sharding = model, "fsdp"
+    return _train(c)
+
+  (expected, _), (got, state) = run(1), run(2)
+  for (metrics, episodes), (want, want_episodes) in zip(got, expected):
+    np.testing.assert_array_equal(episodes, want_episodes)
+    for k, v in want.items():
+      np.testing.assert_allclose(metrics[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+  specs = [leaf.sharding.spec for leaf in jax.tree.leaves(state.agent.nets)]
+  assert any("model" in spec[1:] for spec in specs), specs
