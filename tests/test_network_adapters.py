@@ -117,6 +117,37 @@ def test_a_module_that_keeps_state_is_refused_by_name_at_build(module, says):
     builder.build(small_config(name, 8192))
 
 
+class _LinenDropout(nn.Module):
+  action_dim: int
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dropout(0.1, deterministic=False)(nn.Dense(8)(x))
+    return distrax.Categorical(logits=nn.Dense(self.action_dim)(x)), nn.Dense(1)(x)[:, 0]
+
+
+def test_a_module_that_needs_a_random_key_when_applied_is_refused_by_name_at_build():
+  registry.networks.register("dropout_linen", networks.module(_LinenDropout))
+  with pytest.raises(ConfigError, match=r"_LinenDropout \(flax linen\) draws random numbers"
+                                        r".*deterministic=True"):
+    builder.build(small_config("dropout_linen", 8192))
+
+
+class _LinenNActions(nn.Module):
+  n_actions: int
+
+  @nn.compact
+  def __call__(self, x):
+    return distrax.Categorical(logits=nn.Dense(self.n_actions)(x)), nn.Dense(1)(x)[:, 0]
+
+
+def test_an_action_count_under_another_name_says_which_names_are_filled():
+  registry.networks.register("n_actions_linen", networks.module(_LinenNActions))
+  with pytest.raises(ConfigError, match=r"needs `network.n_actions` in the config\. .*"
+                                        r"`action_dim`, `num_actions` or `action_size`"):
+    builder.build(small_config("n_actions_linen", 8192))
+
+
 def test_a_class_of_no_library_is_refused():
   class NotAModule:  # pylint: disable=too-few-public-methods
     pass

@@ -77,8 +77,11 @@ def check_kwargs(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, what
              and (n not in kwargs or kwargs[n] is None and n not in injected)]
   # (A None the config gives is a placeholder left unset, e.g. after a section swap.)
   if missing:
+    hint = (" (`networks.module` fills a module's number of actions from the "
+            "environment when it names it `action_dim`, `num_actions` or `action_size`.)"
+            if any("action" in m for m in missing) else "")
     raise ConfigError(
-        f"{what} needs {', '.join(f'`{key}.{m}`' for m in missing)} in the config.")
+        f"{what} needs {', '.join(f'`{key}.{m}`' for m in missing)} in the config.{hint}")
   bad = out_of_range(factory, kwargs)
   if bad:
     raise ConfigError(f"Config key `{key}.{bad[0]}` of {what} {bad[1]}; set it with "

@@ -187,6 +187,24 @@ def _refuse_state(label: str, kind: str, what: List[str]) -> None:
 
 # -- the adapters -------------------------------------------------------------------------
 
+def _keyless(label: str, call: Callable[..., Any]) -> Callable[..., Any]:
+  """`call`, with a linen module that asks for a random key when applied (Dropout not
+  deterministic) refused by name: podracer applies a network to parameters and an
+  observation, no key."""
+  from flax import errors as flax_errors  # pylint: disable=import-outside-toplevel
+
+  def keyless(*args):
+    try:
+      return call(*args)
+    except flax_errors.InvalidRngError as e:
+      raise ConfigError(
+          f"Network {label} (flax linen) draws random numbers when it is applied ("
+          f"{str(e).splitlines()[0]}), but podracer applies a network to its parameters "
+          "and an observation only, with no random key: make such layers deterministic "
+          "(nn.Dropout(rate, deterministic=True)) or leave them out.") from None
+  return keyless
+
+
 def _linen(cls: Any, label: str, spec: EnvSpec, config: Dict[str, Any]) -> Network:
   del spec
   net = cls(**config)
@@ -196,7 +214,8 @@ def _linen(cls: Any, label: str, spec: EnvSpec, config: Dict[str, Any]) -> Netwo
     _refuse_state(label, "flax linen", sorted(k for k in variables if k != "params"))
     return {"params": variables["params"]}
 
-  return Network(init, lambda params, observation: outputs(net.apply(params, observation)))
+  return Network(_keyless(label, init), _keyless(
+      label, lambda params, observation: outputs(net.apply(params, observation))))
 
 
 def _nnx(cls: Any, label: str, spec: EnvSpec, config: Dict[str, Any]) -> Network:
