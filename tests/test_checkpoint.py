@@ -221,6 +221,17 @@ def test_a_checkpointed_run_with_another_config_is_refused(tmp_path):
   assert not (tmp_path / "checkpoints").exists()
 
 
+def test_resuming_a_run_that_already_ran_its_budget_says_nothing_more_is_trained(tmp_path):
+  config = ppo_config.cartpole_anakin()
+  (tmp_path / "metrics.jsonl").write_text(f'{{"env_steps": {config.total_env_steps}}}\n')
+  (tmp_path / "checkpoints" / "3").mkdir(parents=True)
+  (tmp_path / "config.json").write_text(config.to_json_best_effort())
+  said = workdir.prepare(str(tmp_path), config=config)
+  assert "already ran its" in said and "nothing more is trained" in said, said
+  config.total_env_steps *= 2
+  assert "already ran" not in workdir.prepare(str(tmp_path), config=config)
+
+
 @pytest.mark.reverb_lane
 def test_sebulba_checkpoints_the_reverb_table_and_resumes_from_it(tmp_path):
   reverb = requires_reverb()

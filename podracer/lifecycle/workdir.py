@@ -130,7 +130,23 @@ def prepare(workdir: Optional[str], fresh: bool = False,
         f"--workdir={workdir} holds a checkpointed run whose config differs in "
         f"{', '.join(f'`{k}`' for k in changed)}; a run resumes only with the same config "
         f"(only {', '.join(RESUMABLE_CHANGES)} may change): {again}")
-  return f"resuming the run in {workdir} from its latest checkpoint"
+  said = f"resuming the run in {workdir} from its latest checkpoint"
+  done, budget = _last_env_steps(workdir), config and config.get("total_env_steps")
+  if done is not None and budget and done >= budget:
+    said += (f"; it already ran its {done:,} env steps (`total_env_steps` = {budget:,}), "
+             "so nothing more is trained: a larger --config.total_env_steps goes on, "
+             "--fresh or another --workdir starts a new run")
+  return said
+
+
+def _last_env_steps(workdir: str) -> Optional[int]:
+  """The env steps of the last record a previous run left in `workdir`, if any."""
+  try:
+    with open(os.path.join(workdir, METRICS_FILE)) as f:
+      lines = [line for line in f if line.strip()]
+    return int(json.loads(lines[-1])["env_steps"]) if lines else None
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
 
 
 def _changed_keys(workdir: str, config: Optional[Any]) -> list:
