@@ -138,7 +138,12 @@ def check_network(agent: Any, component: str = "network") -> None:
       raise ConfigError(f"{component} returns {_describe_tree(actual)}, which has no "
                         f"`{field}`; agent {agent_name} reads `{field}` of shape "
                         f"{list(shape)} and dtype {_dtype_name(dtype)} for a batch of "
-                        f"{CHECK_BATCH} observations.")
+                        f"{CHECK_BATCH} observations." + (
+                            " A tuple is read as PureJaxRL's (pi, value), pi a distrax "
+                            "Categorical or MultivariateNormalDiag; or return the fields "
+                            "by name (podracer.components.networks.PolicyValueOutput)."
+                            if type(actual) is tuple  # pylint: disable=unidiomatic-typecheck
+                            else ""))
     if tuple(value.shape) != tuple(shape) or not np.issubdtype(value.dtype, dtype):
       raise ConfigError(f"{component} returns `{field}` of shape {list(value.shape)} and "
                         f"dtype {np.dtype(value.dtype).name} for a batch of {CHECK_BATCH} "

@@ -380,3 +380,18 @@ def test_a_linen_network_trains_over_the_model_axis_as_over_data_alone():
       np.testing.assert_allclose(metrics[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
   specs = [leaf.sharding.spec for leaf in jax.tree.leaves(state.agent.nets)]
   assert any("model" in spec[1:] for spec in specs), specs
+
+
+class _LinenRawTuple(nn.Module):
+  action_dim: int
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(self.action_dim)(x), nn.Dense(1)(x)[:, 0]
+
+
+def test_a_tuple_of_raw_logits_and_value_says_what_a_tuple_must_hold():
+  registry.networks.register("raw_tuple_linen", networks.module(_LinenRawTuple))
+  with pytest.raises(ConfigError, match=r"has no `logits`.*A tuple is read as PureJaxRL's "
+                                        r"\(pi, value\).*PolicyValueOutput"):
+    builder.build(small_config("raw_tuple_linen", 8192))
