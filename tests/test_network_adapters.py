@@ -111,7 +111,11 @@ class _EquinoxBatchNorm(eqx.Module):
     (_NNXBatchNorm, r"_NNXBatchNorm \(flax nnx\).*\(BatchStat\)"),
     (_EquinoxBatchNorm, r"_EquinoxBatchNorm \(equinox\).*\(StateIndex at \.norm\.")])
 def test_a_module_that_keeps_state_is_refused_by_name_at_build(module, says):
-  name = f"stateful_{module.__name__.lower()}"
+  _refused_at_build(f"stateful_{module.__name__.lower()}", module, says)
+
+
+def _refused_at_build(name, module, says):
+  """`module` registered as network `name`: PPO's build raises a ConfigError saying `says`."""
   registry.networks.register(name, networks.module(module))
   with pytest.raises(ConfigError, match=says):
     builder.build(small_config(name, 8192))
@@ -127,10 +131,8 @@ class _LinenDropout(nn.Module):
 
 
 def test_a_module_that_needs_a_random_key_when_applied_is_refused_by_name_at_build():
-  registry.networks.register("dropout_linen", networks.module(_LinenDropout))
-  with pytest.raises(ConfigError, match=r"_LinenDropout \(flax linen\) draws random numbers"
-                                        r".*deterministic=True"):
-    builder.build(small_config("dropout_linen", 8192))
+  _refused_at_build("dropout_linen", _LinenDropout,
+                    r"_LinenDropout \(flax linen\) draws random numbers.*deterministic=True")
 
 
 class _LinenNActions(nn.Module):
@@ -142,10 +144,9 @@ class _LinenNActions(nn.Module):
 
 
 def test_an_action_count_under_another_name_says_which_names_are_filled():
-  registry.networks.register("n_actions_linen", networks.module(_LinenNActions))
-  with pytest.raises(ConfigError, match=r"needs `network.n_actions` in the config\. .*"
-                                        r"`action_dim`, `num_actions` or `action_size`"):
-    builder.build(small_config("n_actions_linen", 8192))
+  _refused_at_build("n_actions_linen", _LinenNActions,
+                    r"needs `network.n_actions` in the config\. .*"
+                    r"`action_dim`, `num_actions` or `action_size`")
 
 
 def test_a_class_of_no_library_is_refused():
@@ -391,7 +392,6 @@ class _LinenRawTuple(nn.Module):
 
 
 def test_a_tuple_of_raw_logits_and_value_says_what_a_tuple_must_hold():
-  registry.networks.register("raw_tuple_linen", networks.module(_LinenRawTuple))
-  with pytest.raises(ConfigError, match=r"has no `logits`.*A tuple is read as PureJaxRL's "
-                                        r"\(pi, value\).*PolicyValueOutput"):
-    builder.build(small_config("raw_tuple_linen", 8192))
+  _refused_at_build("raw_tuple_linen", _LinenRawTuple,
+                    r"has no `logits`.*A tuple is read as PureJaxRL's \(pi, value\)"
+                    r".*PolicyValueOutput")
