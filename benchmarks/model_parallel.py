@@ -18,7 +18,9 @@ With `--ppo_env_steps=N`, PPO CartPole (`cartpole_anakin`, `--config.runtime.fix
 8 environments in all) trained for N env steps at data 2 x model 4 (`--sharding`'s first
 policy) and at data 8 x model 1, the same seed: each run's figures (the mean return of its
 last 20 % of records, the median env steps/s) and how far the first's records are from
-the second's.
+the second's. With `--wide_env_steps=N`, PPO's `wide_anakin` (1024-wide torsos) with a
+fixed batch of 8 environments at each K of `--models` (data 8 / K): the bytes a device
+holds and the median env steps/s.
 """
 
 from __future__ import annotations
@@ -126,6 +128,26 @@ def ppo(total_env_steps: int, sharding: str, seed: int = 0) -> None:
                                               for a, b in pairs)) for k in keys}))
 
 
+def wide_sps(total_env_steps: int, sharding: str, models) -> None:
+  """PPO's `wide_anakin` (1024-wide torsos) with a fixed batch of 8 environments, at
+  data 8 / K x model K: the same updates on every layout, so its env steps/s compare
+  (two updates, 2,048 env steps, a call: the median of the calls after the first)."""
+  from agents.ppo import config as ppo_config  # pylint: disable=import-outside-toplevel
+  from podracer import builder, launch  # pylint: disable=import-outside-toplevel
+  launch.register_components_and_agents()
+  for model in models:
+    config = ppo_config.wide_anakin()
+    config.total_env_steps = total_env_steps
+    config.runtime.update(dict(num_envs_per_device=8, fixed_batch=True, updates_per_call=2))
+    config.topology.model = model
+    config.topology.sharding = sharding if model > 1 else "replicated"
+    result = builder.build(config).train(stream=None)
+    sps = sorted(r["sps"] for r in result["records"] if not r.get("includes_compilation"))
+    print(dict(agent="ppo wide_anakin", sharding=config.topology.sharding, model=model,
+               data=8 // model, param_bytes_per_device=result["param_bytes_per_device"],
+               median_sps=round(sps[len(sps) // 2]) if sps else None), flush=True)
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--width", type=int, default=1024)
@@ -135,8 +157,14 @@ def main(argv=None) -> None:
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--ppo_env_steps", type=int, default=0)
   parser.add_argument("--seed", type=int, default=0, help="PPO's seed")
+  parser.add_argument("--wide_env_steps", type=int, default=0,
+                      help="env steps/s of PPO wide_anakin at each K (a fixed batch)")
   args = parser.parse_args(argv)
   register_builtin_components()
+  if args.wide_env_steps:
+    wide_sps(args.wide_env_steps, args.sharding.split(",")[0],
+             list(map(int, args.models.split(","))))
+    return
   if args.ppo_env_steps:
     ppo(args.ppo_env_steps, args.sharding.split(",")[0], args.seed)
     return

@@ -14,9 +14,9 @@ with `jax.jit` and `jax.shard_map`, which is what `jax.pmap` did, on the API JAX
   feed(mesh, tree)   a call's small host inputs, placed only where they must be.
   local(tree)        a global array -> this process's rows, as host arrays.
   gather(tree)       a global array -> every row, as host arrays, on every process.
-  learner_mesh(...)  Sebulba's and SEED's learner devices as a mesh of one run.
+  learner_mesh(...)  Sebulba's and SEED's learner devices as a mesh of one run (a
+                     replica over K devices: podracer/runtimes/host/learners.py).
   split_batch(n, tree)      [T, B, ...] -> [n, T, B/n, ...]: a batch's share per learner.
-  shard_over(devices, tree) [n, ...] -> the learner mesh's arrays, row i on devices[i].
 """
 
 from __future__ import annotations
@@ -91,14 +91,15 @@ def device_mesh(devices: Sequence[jax.Device], runs: int = 1, model: int = 1) ->
 
 
 @functools.lru_cache(maxsize=None)
-def _learner_mesh(local: Tuple[jax.Device, ...]) -> Mesh:
-  return device_mesh(distributed.mesh_devices(list(local)))
+def _learner_mesh(local: Tuple[jax.Device, ...], model: int) -> Mesh:
+  return device_mesh(distributed.mesh_devices(list(local)), model=model)
 
 
-def learner_mesh(local: Sequence[jax.Device]) -> Mesh:
+def learner_mesh(local: Sequence[jax.Device], model: int = 1) -> Mesh:
   """Sebulba's and SEED's learners: one run, data-parallel over `local` (this process's
-  learner devices) and the same positions on every other process."""
-  return _learner_mesh(tuple(local))
+  learner devices) and the same positions on every other process; with `model` = K > 1
+  each replica spans K consecutive devices (podracer/runtimes/host/learners.py)."""
+  return _learner_mesh(tuple(local), model)
 
 
 def split_batch(num_learners: int, tree: Any) -> Any:
@@ -110,15 +111,13 @@ def split_batch(num_learners: int, tree: Any) -> Any:
   return jax.tree.map(split, tree)
 
 
-def shard_over(devices: Sequence[jax.Device], rows: Any) -> Any:
-  """[L, ...] arrays (anywhere) -> the learner mesh's arrays, row i on `devices[i]`
-  (this process's learners; with several processes, theirs sit beside them)."""
-  return put(learner_mesh(devices), rows)
-
-
 def first_row(tree: Any) -> Any:
-  """Row 0 of this process's rows, still on its device."""
-  return jax.tree.map(lambda x: x.addressable_shards[0].data[0], tree)
+  """Row 0 of this process's rows, still on its device (on its replica's devices, where
+  a row is split over a `model` axis)."""
+  def row(x):
+    shard = x.addressable_shards[0].data
+    return shard[0] if shard.shape[1:] == x.shape[1:] else x[0]
+  return jax.tree.map(row, tree)
 
 
 def spmd(fn: Callable[..., Any], mesh: Mesh, donate: bool = False) -> Callable[..., Any]:

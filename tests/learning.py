@@ -23,12 +23,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def launch_runs(config: str, workdir: pathlib.Path, *overrides: str,
-                timeout: float = 900) -> List[dict]:
+                timeout: float = 900, host_devices: int = 0) -> List[dict]:
   """Runs `python -m podracer.launch --config=CONFIG OVERRIDES` into `workdir` as a user
-  would (host devices only) and returns its records; fails with the launcher's output."""
+  would (host devices only: `host_devices` > 0 virtual CPU devices, as a user's
+  XLA_FLAGS would make them) and returns its records; fails with the launcher's output."""
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
   env.pop("XLA_FLAGS", None)
+  if host_devices:
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={host_devices}"
   result = subprocess.run(
       [sys.executable, "-m", "podracer.launch", f"--config={config}", f"--workdir={workdir}",
        *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)

@@ -315,3 +315,34 @@ def test_a_checkpoint_at_model_4_resumes_at_model_2_and_1_to_the_same_records(tm
     np.testing.assert_array_equal(episodes, expected_episodes)
     for k, v in expected.items():
       np.testing.assert_allclose(metrics[k], v, rtol=1e-5, atol=1e-6, err_msg=(model, k))
+
+
+BUDGET = 16 * 2**20  # What PPO's and DQN's `wide_anakin` name as one device's budget.
+
+
+@pytest.mark.parametrize("agent", ["ppo", "dqn"])
+def test_the_wide_configs_exceed_their_device_budget_whole_and_fit_it_split(agent):
+  """Parameters plus optimizer state (DQN's target copy in it), from the shapes: over the
+  budget the config names on one device, under it a device at its K = 4 (its policy)."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  from podracer import builder  # pylint: disable=import-outside-toplevel
+  from podracer.launch import register_components_and_agents  # pylint: disable=import-outside-toplevel
+  register_components_and_agents()
+  config = importlib.import_module(f"agents.{agent}.config").wide_anakin()
+  assert "16 MiB a device" in config_doc(agent)
+  runtime = builder.build(config).runtime
+  key = jax.random.PRNGKey(0)
+  state = jax.eval_shape(runtime._init_replica, key, key)  # pylint: disable=protected-access
+  held = (state.agent.nets, state.agent.opt)
+  specs = (runtime.layout.specs.agent.nets, runtime.layout.specs.agent.opt)
+  whole = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(held))
+  split = sum(x.size * x.dtype.itemsize // (4 if any(s) else 1) for x, s in zip(
+      jax.tree.leaves(held), jax.tree.leaves(specs, is_leaf=lambda s: isinstance(
+          s, jax.sharding.PartitionSpec))))
+  assert runtime.layout.model == 4
+  assert whole > BUDGET > split, (whole, split)
+
+
+def config_doc(agent):
+  import importlib  # pylint: disable=import-outside-toplevel
+  return importlib.import_module(f"agents.{agent}.config").wide_anakin.__doc__

@@ -81,9 +81,10 @@ def _build_each(named):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config(name) if name else module.get_config()
-    # One device, as on a user's laptop (this suite has 8 virtual ones).
+    # One device, as on a user's laptop (this suite has 8 virtual ones); one replica's
+    # K devices for a config whose replica spans several (`topology.model`).
     if config.runtime.name == "anakin":
-      config.topology.num_devices = 1
+      config.topology.num_devices = config.topology.get("model", 1)
     else:
       config.topology.actor_devices, config.topology.learner_devices = (0,), (0,)
     try:

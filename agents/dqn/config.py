@@ -57,6 +57,18 @@ def cartpole_anakin() -> config_dict.ConfigDict:
   return presets.anakin(c, num_envs_per_device=10, rollout_length=1, updates_per_call=500)
 
 
+def wide_anakin() -> config_dict.ConfigDict:
+  """cartpole_anakin with a Q-network larger than one device's budget (issue 78; docs/runs.md,
+  "Larger networks than one device"): 16 MiB a device named here, a stand-in for an
+  accelerator's memory at a CPU's scale. Two 1536-wide layers hold 2.4M parameters, 38 MB
+  with the target network and Adam's two moments; each parameter of the replica's is
+  split over 4 devices (`fsdp`), its target copy and moments with it: 9.5 MB a device.
+  Needs 8 devices, data 2 x model 4 (on a CPU:
+  XLA_FLAGS=--xla_force_host_platform_device_count=8)."""
+  c = cartpole_anakin()
+  c.network.hidden_sizes = (1536, 1536)
+  return presets.model_parallel(c, model=4, sharding="fsdp")
+
 def c51_cartpole_anakin() -> config_dict.ConfigDict:
   """C51 (Bellemare et al. 2017) on CartPole-v1 in JAX: `cartpole_anakin` (its
   environments, replay, exploration, target copies, optimizer, network sizes and init)
@@ -157,7 +169,8 @@ def atari_sebulba() -> config_dict.ConfigDict:
 
 CONFIGS = {"cartpole_anakin": cartpole_anakin, "cartpole_sebulba": cartpole_sebulba,
            "c51_cartpole_anakin": c51_cartpole_anakin,
-           "atari_sebulba": atari_sebulba, "minatar_anakin": minatar_anakin}
+           "atari_sebulba": atari_sebulba, "minatar_anakin": minatar_anakin,
+           "wide_anakin": wide_anakin}
 
 
 get_config = presets.getter("DQN", CONFIGS, default="cartpole_anakin")

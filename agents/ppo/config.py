@@ -29,6 +29,19 @@ def cartpole_anakin() -> config_dict.ConfigDict:
                         updates_per_call=16)
 
 
+def wide_anakin() -> config_dict.ConfigDict:
+  """cartpole_anakin with a network larger than one device's budget (issue 78; docs/runs.md,
+  "Larger networks than one device"). The budget named here is 16 MiB a device, a
+  stand-in for an accelerator's memory at a CPU's scale: actor and critic torsos of two
+  1024-wide layers hold 2.1M parameters, 25 MB with Adam's two moments. Each replica
+  spans 4 devices, its dense layers split column then row (`tensor`): 6.4 MB a device.
+  Needs 8 devices, data 2 x model 4 (on a CPU:
+  XLA_FLAGS=--xla_force_host_platform_device_count=8)."""
+  c = cartpole_anakin()
+  c.network.hidden_sizes = (1024, 1024)
+  return presets.model_parallel(c, model=4, sharding="tensor")
+
+
 def catch_anakin() -> config_dict.ConfigDict:
   """PPO on bsuite's Catch in JAX."""
   c = _base()
@@ -349,7 +362,8 @@ def mujoco_seed() -> config_dict.ConfigDict:
   return presets.seed(mujoco_sebulba(), num_local_workers=2, envs_per_worker=8)
 
 
-CONFIGS = {"cartpole_anakin": cartpole_anakin, "catch_anakin": catch_anakin,
+CONFIGS = {"cartpole_anakin": cartpole_anakin, "wide_anakin": wide_anakin,
+           "catch_anakin": catch_anakin,
            "cartpole_sebulba": cartpole_sebulba, "pong_sebulba": pong_sebulba,
            "cartpole_seed": cartpole_seed, "pong_seed": pong_seed,
            "pixel_catch_anakin": pixel_catch_anakin, "minatar_anakin": minatar_anakin,

@@ -77,6 +77,14 @@ def replicate_topology() -> config_dict.ConfigDict:
       runs=config_dict.placeholder(int), data=config_dict.placeholder(int)))
 
 
+def model_parallel(c: config_dict.ConfigDict, model: int,
+                   sharding: str) -> config_dict.ConfigDict:
+  """`c` with each replica over `model` devices, its parameters laid out by the
+  registered `sharding` policy (docs/runs.md, "Larger networks than one device")."""
+  c.topology.model, c.topology.sharding = model, sharding
+  return c
+
+
 def actor_learner_topology() -> config_dict.ConfigDict:
   """Sebulba: device indices or counts for actors and learners; defaults by device count."""
   return config_dict.ConfigDict(dict(

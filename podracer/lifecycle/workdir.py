@@ -86,8 +86,10 @@ RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics",  # Budget; displ
                      "eval_video",                                 # what is watched;
                      "compile_cache",                              # where programs wait;
                      # a replica's devices and their layout (issue 78: the runtime checks
-                     # that the mesh's runs x data rows stay the checkpoint's).
-                     "topology.model", "topology.sharding", "topology.num_devices")
+                     # that the mesh's runs x data rows stay the checkpoint's; Sebulba's
+                     # and SEED's learner replicas, that the checkpoint's state fits).
+                     "topology.model", "topology.sharding", "topology.num_devices",
+                     "topology.learner_devices", "topology.num_learners")
 # Keys a later version added to every config, at the value that behaves as before: a
 # workdir whose config.json lacks one resumes (0.11.0: population-based training).
 ADDED_KEYS = {"population.kind": "none", "population.interval": None,

@@ -374,7 +374,7 @@ class Anakin(Runtime):
     state = self.init() if state is None else state
     evaluate = self._evaluator(evaluation) if evaluation is not None else None
     state, first_call = self._resume(state, checkpointer)
-    logger.describe(model_axis.describe(self.mesh, state))
+    logger.describe(model_axis.describe(self.mesh, (state.agent.nets, state.agent.opt)))
     self.calls_done = first_call
     records = _CallRecords(self, evaluate, evaluation, state)
     done = first_call

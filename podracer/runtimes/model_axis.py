@@ -10,7 +10,7 @@ over `model` appears in them.
   Layout.of(runtime)    None at K = 1 (the mesh of runs x data, as before), else the layout.
   layout.compile(init, step, donate)   the two programs, compiled over the mesh.
   layout.put(rows, specs)   this process's rows -> global arrays laid as `specs` say.
-  describe(mesh, state)     the mesh's shape and `param_bytes_per_device`, for the run's
+  describe(mesh, nets_opt)  the mesh's shape and `param_bytes_per_device`, for the run's
                             `layout:` line and its `result:` line.
 """
 
@@ -113,14 +113,13 @@ class Layout:
     return jax.tree.map(one, rows, _broadcast(shardings_of, rows))
 
 
-def describe(mesh: Mesh, state: Any) -> Dict[str, Any]:
-  """What a run says of its layout: the mesh's shape ({axis: devices}, `model` included)
-  and `param_bytes_per_device`, the parameters plus optimizer state one device holds,
-  measured from the state's shards."""
+def describe(mesh: Mesh, nets_and_opt: Any) -> Dict[str, Any]:
+  """What a run says of its layout: the mesh's shape ({axis: devices}, `model` included;
+  Sebulba's and SEED's: their learners') and `param_bytes_per_device`, the parameters
+  plus optimizer state one device holds, measured from the arrays' shards."""
   shape = {mesh_lib.RUNS: 1, mesh_lib.DATA: 1, mesh_lib.MODEL: 1}
   shape.update(zip(mesh.axis_names, (int(n) for n in mesh.devices.shape)))
-  return dict(mesh=shape, param_bytes_per_device=shardings.bytes_per_device(
-      (state.agent.nets, state.agent.opt)))
+  return dict(mesh=shape, param_bytes_per_device=shardings.bytes_per_device(nets_and_opt))
 
 
 def _check(runtime: Any) -> None:

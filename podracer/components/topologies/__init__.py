@@ -87,12 +87,17 @@ class ActorLearner:
   Give device indices (`actor_devices`, `learner_devices`) or counts (`num_actors`,
   `num_learners`). By default one device acts and learns; with N > 1 devices a quarter
   (at least one) act and the rest learn: 2 actors and 6 learners on 8 devices.
+  `model` = K > 1 makes each learner replica span K of the learner devices (a mesh of
+  data L/K x model K), its parameters and optimizer state laid over them by the
+  `sharding` policy, as Replicate's; the actors act with replica 0's parameters
+  gathered onto their own device.
   """
 
   def __init__(self, actor_devices: Optional[Sequence[int]] = None,
                learner_devices: Optional[Sequence[int]] = None,
                num_actors: Optional[int] = None, num_learners: Optional[int] = None,
-               platform: Optional[str] = None):
+               platform: Optional[str] = None, model: int = 1,
+               sharding: Any = "replicated"):
     devices = jax.local_devices(backend=platform) if platform else jax.local_devices()
     n = len(devices)
     pick = lambda idx, key: [_device(devices, i, key) for i in idx]
@@ -126,15 +131,26 @@ class ActorLearner:
     # update runs over (its replicas); both lists hold this process's local devices.
     self.actor_devices: List[jax.Device] = actors
     self.learner_devices: List[jax.Device] = learners
+    # A learner replica's devices, and how its parameters lie on them.
+    self.model = model
+    self.rule = shardings.build(sharding, model)
+    if model < 1 or len(learners) % model:
+      raise ConfigError(
+          f"Config key `topology.model` is {model}: a learner replica spanning {model} "
+          f"devices needs a learner device count it divides, but there are "
+          f"{len(learners)} learner device(s). Set --config.topology.model to a divisor "
+          f"of {len(learners)}, or --config.topology.num_learners to a multiple of "
+          f"{model}.")
 
   @property
   def num_replicas(self) -> int:
-    return len(self.learner_devices) * jax.process_count()
+    return len(self.learner_devices) // self.model * jax.process_count()
 
   def __repr__(self) -> str:
     ids = lambda ds: ",".join(str(d.id) for d in ds)
+    model = f", model={self.model}" if self.model > 1 else ""
     return f"ActorLearner(actors=[{ids(self.actor_devices)}], " \
-           f"learners=[{ids(self.learner_devices)}])"
+           f"learners=[{ids(self.learner_devices)}]{model})"
 
 
 def _device(devices, index: int, key: str):

@@ -4,7 +4,7 @@ once, at build, in one of two forms, each declaring both ends as one unit (as Ac
 replay tables, adders and dataset iterators are):
 
   TrajectoryQueue   each trajectory split along B over the learner devices
-                    (`mesh.split_batch`, `mesh.shard_over`) and queued, at most
+                    (`mesh.split_batch`, learners.LearnerMesh) and queued, at most
                     `queue_size` in flight; the learner gets them in turn.
   TrajectoryReplay  each trajectory's replay items inserted into a host replay; the
                     learner gets batches sampled from it, and the queue carries only the
@@ -37,6 +37,7 @@ from podracer.experience import HostReplay, host_replay, sample_for_replicas
 from podracer.lifecycle.memory import check_device_fits, tree_bytes
 from podracer.logs.meters import RateMeter
 from podracer.runtimes.host import threads
+from podracer.runtimes.host.learners import LearnerMesh
 from podracer.types import PyTree, Trajectory
 
 REPLAY_DIR = "reverb"  # A checkpointed host replay's own files, in the checkpoints' folder.
@@ -45,7 +46,7 @@ WARM_UP_POLL = 0.01  # seconds between a warming-up learner's counts of the acto
 
 class Batch(NamedTuple):
   """What a producer hands the learner with each trajectory: its statistics."""
-  shards: PyTree          # Trajectory [L, T+K, B/L] sharded over the learners (the
+  shards: PyTree          # Trajectory [R, T+K, B/R] sharded over the R learner replicas (the
                           # queue fills it in); None when it went to a host replay
   params_version: int     # version of the parameters that acted
   env_steps: int
@@ -66,22 +67,23 @@ class TrajectoryQueue:
   replay = None
   in_turns = False  # Every trajectory is one update: no turns to pass.
 
-  def __init__(self, agent: Agent, learners: List[jax.Device], spec: Any, *,
+  def __init__(self, agent: Agent, learners: LearnerMesh, spec: Any, *,
                batch_envs: int, rollout_length: int, queue_size: int, producers: int,
                batch_key: str):
     self.agent, self.learners, self.spec = agent, learners, spec
     self.batch_envs, self.rollout_length, self.queue_size = (
         batch_envs, rollout_length, queue_size)
-    if batch_envs % len(learners):
+    if batch_envs % learners.replicas:
       raise ConfigError(f"`runtime.{batch_key}` ({batch_envs}) must divide evenly over "
-                        f"the {len(learners)} learner devices.")
+                        f"the {learners.replicas} learner replicas.")
     # In flight: the queue's, one being assembled per producer, one being learned.
     in_flight = queue_size + producers + 1
     check_device_fits(
         f"{in_flight} trajectories in flight", in_flight * tree_bytes(
-            self.trajectory_spec(batch_envs)) // len(learners),
-        ["runtime.queue_size", f"runtime.{batch_key}", "runtime.rollout_length"], learners)
-    self._split = jax.jit(functools.partial(mesh_lib.split_batch, len(learners)))
+            self.trajectory_spec(batch_envs)) // learners.replicas,
+        ["runtime.queue_size", f"runtime.{batch_key}", "runtime.rollout_length"],
+        learners.devices)
+    self._split = jax.jit(functools.partial(mesh_lib.split_batch, learners.replicas))
     self._batches: "queue.Queue[Batch]" = queue.Queue(maxsize=queue_size)
 
   def trajectory_spec(self, num_envs: int) -> Trajectory:
@@ -89,7 +91,7 @@ class TrajectoryQueue:
 
   def init_experience(self) -> PyTree:
     """One learner replica's experience: room for its slice of every trajectory."""
-    shard = self.batch_envs // len(self.learners)
+    shard = self.batch_envs // self.learners.replicas
     return self.agent.init_experience(self.trajectory_spec(shard))
 
   def open(self, checkpointer: Optional[Any] = None) -> None:
@@ -104,10 +106,10 @@ class TrajectoryQueue:
 
   def put(self, trajectory: Trajectory, batch: Batch, stop: threading.Event,
           stream: Any = None) -> Optional[float]:
-    """Splits the [T+K, B] trajectory over the learner devices and queues it with the
+    """Splits the [T+K, B] trajectory over the learner replicas and queues it with the
     batch; the seconds it waited for room, or None if the run stopped first."""
     del stream
-    shards = mesh_lib.shard_over(self.learners, self._split(trajectory))
+    shards = self.learners.put(self._split(trajectory))
     return _timed_put(self._batches, batch._replace(shards=shards), stop)
 
   def get(self, stop: threading.Event) -> Optional[Step]:
@@ -131,7 +133,7 @@ class TrajectoryQueue:
 class TrajectoryReplay:
   """Producers -> a host replay (Reverb, or podracer's own host replay) -> learner."""
 
-  def __init__(self, agent: Agent, learners: List[jax.Device], spec: Any,
+  def __init__(self, agent: Agent, learners: LearnerMesh, spec: Any,
                replay: HostReplay, *, batch_envs: int, rollout_length: int,
                max_policy_lag: Optional[int], turns: bool):
     self.agent, self.learners, self.spec, self.replay = agent, learners, spec, replay
@@ -171,7 +173,7 @@ class TrajectoryReplay:
     # part of a batch the learner left, or the actors and the learner wait on each other.
     items = jax.tree.leaves(jax.eval_shape(self.agent.replay_items,
                                            self.trajectory_spec(self.batch_envs)))[0].shape[0]
-    needed = spi * items + self.replay.batch_size * len(self.learners)
+    needed = spi * items + self.replay.batch_size * self.learners.replicas
     if buffer is not None and needed > buffer:
       raise ConfigError(
           f"`runtime.max_policy_lag=0` with a host replay needs `replay.error_buffer` >= "
@@ -257,19 +259,20 @@ class TrajectoryReplay:
       return Step(None, [batch])
     info = self.replay.info()
     allowed = self.replay.samples_per_insert * (info["replay_inserts"] - self.replay.min_size)
-    per_update = self.replay.batch_size * len(self.learners)
+    per_update = self.replay.batch_size * self.learners.replicas
     return Step(max(0, int((allowed - info["replay_samples"]) // per_update)), [batch])
 
   def sample(self) -> Tuple[PyTree, np.ndarray]:
-    """A batch for every learner, sharded over them, and the replay's keys of its items."""
-    n = len(self.learners)
+    """A batch for every learner replica, sharded over them, and the replay's keys of its
+    items."""
+    n = self.learners.replicas
     items, keys, probabilities, size = self.replay.sample_batch(self.replay.batch_size * n)
     sampled_age = getattr(self.replay, "sampled_age", None)
     age = None if sampled_age is None else sampled_age(keys)
     if age is not None:  # None: a replay that cannot tell (Reverb shared by processes)
       self._ages.append(age)
     sample = sample_for_replicas(items, probabilities, size, n)
-    return mesh_lib.shard_over(self.learners, sample), keys
+    return self.learners.put(sample), keys
 
   def write_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
     self.replay.write_priorities(keys, priorities)
@@ -297,7 +300,7 @@ class TrajectoryReplay:
     self.replay.close()
 
 
-def channel(agent: Agent, learners: List[jax.Device], spec: Any, *, batch_envs: int,
+def channel(agent: Agent, learners: LearnerMesh, spec: Any, *, batch_envs: int,
             rollout_length: int, queue_size: int, max_policy_lag: Optional[int],
             producers: int, batch_key: str, turns: bool = True) -> Any:
   """The agent's channel: a host replay's if it has one, else the learners' queue.

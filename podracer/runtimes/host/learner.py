@@ -31,10 +31,11 @@ from podracer.runtime import Plan
 from podracer.runtimes.compile_once import compile_once
 from podracer.runtimes.host import threads
 from podracer.runtimes.host.channel import Batch
+from podracer.runtimes.host.learners import WHOLE, LearnerMesh
 from podracer.runtimes.host.params import ParamsStore, checksum, first_replica
 from podracer.types import REPLICA_AXIS, PyTree, replica_mean
 
-LearnerState = Tuple[PyTree, PyTree, PyTree]  # nets, opt, experience: [L, ...] each
+LearnerState = Tuple[PyTree, PyTree, PyTree]  # nets, opt, experience: [R, ...] each
 
 
 def _replica_mean_of_means(metrics):
@@ -45,12 +46,13 @@ class TrajectoryUpdate:
   """Learns from each queued trajectory in turn (the experience is in-graph): observe,
   then `updates_per_batch` updates, over the learners' mesh."""
 
-  def __init__(self, agent: Agent, learners: List[jax.Device], updates_per_batch: int):
+  def __init__(self, agent: Agent, learners: LearnerMesh, updates_per_batch: int):
     self.agent, self.updates_per_batch = agent, updates_per_batch
     self.meter = RateMeter()  # Rates of a device replay on the learners, if any.
-    self.mesh = mesh_lib.learner_mesh(learners)
-    self._learn = mesh_lib.spmd(compile_once(self._learn_replica, "The Sebulba learner step"),
-                                self.mesh, donate=True)
+    self.mesh = learners.mesh
+    self._learn = learners.spmd(
+        compile_once(self._learn_replica, "The Sebulba learner step"),
+        (learners.specs, WHOLE, WHOLE), (learners.specs, WHOLE), donate=True)
 
   def _learn_replica(self, state, trajectory, key):
     nets, opt, experience = state
@@ -77,13 +79,14 @@ class SampleUpdate:
   """Learns from batches sampled from the channel's host replay, writing new priorities
   back; in turns, as many updates as the channel's step allows."""
 
-  def __init__(self, agent: Agent, channel: Any, learners: List[jax.Device]):
+  def __init__(self, agent: Agent, channel: Any, learners: LearnerMesh):
     self.agent, self.channel = agent, channel
     self.gradient_steps = 0  # this process's, since it started (`updates` counts turns)
-    self.mesh = mesh_lib.learner_mesh(learners)
-    self._learn = mesh_lib.spmd(compile_once(self._learn_replica,
-                                             "The Sebulba replay learner step"),
-                                self.mesh, donate=True)
+    self.mesh = learners.mesh
+    nets_opt = WHOLE if learners.specs is WHOLE else learners.specs[:2]
+    self._learn = learners.spmd(
+        compile_once(self._learn_replica, "The Sebulba replay learner step"),
+        (nets_opt, WHOLE, WHOLE), (nets_opt, WHOLE, WHOLE), donate=True)
 
   def _learn_replica(self, nets_opt, sample, key):
     nets, opt = nets_opt
@@ -116,7 +119,7 @@ class SampleUpdate:
     return {}
 
 
-def update_for(agent: Agent, channel: Any, learners: List[jax.Device],
+def update_for(agent: Agent, channel: Any, learners: LearnerMesh,
                updates_per_batch: int) -> Any:
   """The learner's update for the channel's form: on queued trajectories, or on samples
   of its host replay."""
@@ -140,10 +143,10 @@ class StopVote:
   stopping at different updates would leave the others waiting in the learners'
   collectives. Process 0's vote decides, since its records are the run's metrics."""
 
-  def __init__(self, learners: List[jax.Device], target_reached: Callable[[], bool]):
-    self.target_reached, self.num_learners = target_reached, len(learners)
-    self.mesh = mesh_lib.learner_mesh(learners)
-    self._max = mesh_lib.spmd(lambda x: jax.lax.pmax(x, REPLICA_AXIS), self.mesh)
+  def __init__(self, learners: LearnerMesh, target_reached: Callable[[], bool]):
+    self.target_reached, self.num_learners = target_reached, learners.replicas
+    self.mesh = learners.mesh
+    self._max = learners.spmd(lambda x: jax.lax.pmax(x, REPLICA_AXIS), (WHOLE,), WHOLE)
 
   def __call__(self) -> bool:
     vote = distributed.is_main() and self.target_reached()

@@ -24,13 +24,15 @@ import jax
 import numpy as np
 
 from podracer.lifecycle import evaluation as evaluation_lib, preemption
-from podracer import contracts, distributed, mesh as mesh_lib
+from podracer import contracts, distributed
 from podracer.agent import Agent
 from podracer.errors import ConfigError
 from podracer.runtime import Runtime
+from podracer.runtimes import model_axis
 from podracer.runtimes.host import threads
 from podracer.runtimes.host.channel import channel as channel_for
 from podracer.runtimes.host.learner import Learner, Progress, StopVote, update_for
+from podracer.runtimes.host.learners import WHOLE, LearnerMesh
 from podracer.runtimes.host.params import ParamsStore, PolicyLagBound, first_replica
 from podracer.types import Trajectory, strip_weak_types
 
@@ -75,14 +77,17 @@ class HostRuntime(Runtime):
     self.env_factory, self.topology, self.options, self.plan, self.seed = (
         env_factory, topology, options, plan, seed)
     self.producers = producers  # benchmarks/actors.py warms up two batches each.
+    # The learner devices as a mesh of replicas, each over `topology.model` of them.
+    self.learners = LearnerMesh(topology.learner_devices, topology.model, topology.rule)
     self.channel = channel_for(
-        agent, topology.learner_devices, self.spec, batch_envs=batch_envs,
+        agent, self.learners, self.spec, batch_envs=batch_envs,
         rollout_length=options.rollout_length, queue_size=options.queue_size,
         max_policy_lag=options.max_policy_lag, producers=producers, batch_key=batch_key,
         turns=turns)
     self.replay = self.channel.replay
-    self.learner_mesh = mesh_lib.learner_mesh(topology.learner_devices)
-    self._init_learner = mesh_lib.spmd(self._init_replica, self.learner_mesh)
+    self.learner_mesh = self.learners.mesh
+    specs = self.learners.lay_out(jax.eval_shape(self._init_replica, jax.random.PRNGKey(0)))
+    self._init_learner = self.learners.spmd(self._init_replica, (WHOLE,), specs)
 
   @classmethod
   def check_topology(cls, topology: Any) -> None:
@@ -104,9 +109,9 @@ class HostRuntime(Runtime):
     return strip_weak_types((nets, self.agent.init_opt(nets), self.channel.init_experience()))
 
   def _start_learner(self) -> List[Any]:
-    n = len(self.topology.learner_devices)
-    nets, opt, experience = self._init_learner(mesh_lib.put(
-        self.learner_mesh, np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n)))
+    n = self.learners.replicas
+    nets, opt, experience = self._init_learner(self.learners.put(
+        np.stack([np.asarray(jax.random.PRNGKey(self.seed))] * n)))
     return [nets, opt, experience]
 
   def initial_store(self) -> ParamsStore:
@@ -152,7 +157,7 @@ class HostRuntime(Runtime):
     state = self._start_learner()
     saved, _ = checkpointer.restore(dict(learner=tuple(state),
                                          key=jax.random.PRNGKey(self.seed + 1)))
-    return first_replica(mesh_lib.put(self.learner_mesh, saved["learner"])[0])
+    return first_replica(self.learners.put(saved["learner"], self.learners.specs)[0])
 
   @staticmethod
   def _one_run(run: int, where: str) -> None:
@@ -166,8 +171,8 @@ class HostRuntime(Runtime):
   def _restore(self, checkpointer: Any, state: List[Any], learner: Learner) -> None:
     """Puts the latest checkpoint's learner state, key and counters in place."""
     saved, _ = checkpointer.restore(dict(learner=tuple(state), key=learner.key))
-    # Placed as `_init_learner` places it, one row on each learner device.
-    state[:] = mesh_lib.put(self.learner_mesh, saved["learner"])
+    # Placed as `_init_learner` places it, one row on each learner replica.
+    state[:] = self.learners.put(saved["learner"], self.learners.specs)
     learner.key = saved["key"]
     meta = checkpointer.meta()
     learner.progress = Progress(**{k: int(meta[k]) for k in ("env_steps", "updates",
@@ -199,6 +204,7 @@ class HostRuntime(Runtime):
     (podracer/lifecycle/evaluation.py), the learner thread evaluates between updates.
     """
     state = self._start_learner()
+    logger.describe(model_axis.describe(self.learners.mesh, tuple(state[:2])))
     self.channel.open(checkpointer)
     try:
       self._train(logger, checkpointer, evaluation, state)
@@ -208,9 +214,9 @@ class HostRuntime(Runtime):
 
   def _learner(self, store: ParamsStore, records: "queue.Queue", logger,
                state: List[Any], checkpointer: Optional[Any]) -> Learner:
-    learners = self.topology.learner_devices
+    learners = self.learners
     update = update_for(self.agent, self.channel, learners, self.options.updates_per_batch)
-    learner = Learner(self.channel, update, store, records, self.plan, len(learners),
+    learner = Learner(self.channel, update, store, records, self.plan, learners.replicas,
                       self.options.log_interval, jax.random.PRNGKey(self.seed + 1),
                       Progress(records=len(logger.records)),
                       fail_after_first_update=self.options.inject_failure == "learner")
