@@ -56,11 +56,13 @@ def mesh_shape(num_devices: int, num_runs: int = 1, runs: Optional[int] = None,
   data-parallel over all devices. `topology.runs` / `topology.data` choose otherwise.
   With `model` = K > 1 each replica spans K devices: runs x data = num_devices / K."""
   if model < 1 or num_devices % model:
+    cpu = (f" On a CPU, XLA_FLAGS=--xla_force_host_platform_device_count={model} (or a "
+           f"multiple) makes {model} virtual devices." if num_devices < model else "")
     raise ConfigError(
         f"Config key `topology.model` is {model}: a replica spanning {model} devices needs "
         f"a device count it divides, but the run has {num_devices} device(s). Set "
         f"--config.topology.model to a divisor of {num_devices} (1: a replica on one "
-        "device).")
+        f"device), or run on a multiple of {model} devices.{cpu}")
   num_devices //= model
   if runs is None and data is None:
     runs = num_devices if num_runs > 1 and num_runs % num_devices == 0 else 1

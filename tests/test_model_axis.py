@@ -27,6 +27,10 @@ def test_the_mesh_shape_leaves_a_replicas_devices_out():
   assert mesh.mesh_shape(8) == (1, 8)  # K = 1: as before.
   with pytest.raises(ConfigError, match=r"`topology.model` is 3.*8 device\(s\)"):
     mesh.mesh_shape(8, model=3)
+  # A config that needs more devices than a laptop has (PPO's wide_anakin on one CPU).
+  with pytest.raises(ConfigError, match=r"1 device\(s\).*run on a multiple of 4 devices\. "
+                     r"On a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=4"):
+    mesh.mesh_shape(1, model=4)
 
 
 def test_the_topology_gives_a_three_axis_mesh_only_when_k_is_above_one():
@@ -315,6 +319,14 @@ def test_a_checkpoint_at_model_4_resumes_at_model_2_and_1_to_the_same_records(tm
     np.testing.assert_array_equal(episodes, expected_episodes)
     for k, v in expected.items():
       np.testing.assert_allclose(metrics[k], v, rtol=1e-5, atol=1e-6, err_msg=(model, k))
+  # Model 2 on all 8 devices: data 4, not the checkpoint's 2 rows. The fix it names is
+  # the one that works (num_devices, a key a resume may change).
+  config = _ppo(2, num_devices=8)
+  config.topology.model, config.topology.sharding = 2, "fsdp"
+  wider = builder.build(config).runtime
+  with pytest.raises(ConfigError, match=r"data=2 devices; this run's is runs=1 x data=4.*"
+                     r"--config.topology.num_devices=4 \(at topology.model=2\)"):
+    wider._resume(wider.init(), checkpoint.Checkpointer(str(tmp_path)))  # pylint: disable=protected-access
 
 
 BUDGET = 16 * 2**20  # What PPO's and DQN's `wide_anakin` name as one device's budget.
@@ -346,3 +358,18 @@ def test_the_wide_configs_exceed_their_device_budget_whole_and_fit_it_split(agen
 def config_doc(agent):
   import importlib  # pylint: disable=import-outside-toplevel
   return importlib.import_module(f"agents.{agent}.config").wide_anakin.__doc__
+
+
+def test_a_replica_over_several_devices_that_keeps_its_network_whole_says_so(capsys):
+  """`topology.model` > 1 under the default `replicated` policy saves no memory: said in
+  one line, once, naming the two policies that split; a splitting policy says nothing."""
+  from podracer.components.topologies import ActorLearner  # pylint: disable=import-outside-toplevel
+  whole = Replicate(model=2)
+  assert whole.shape == (1, 4) and whole.arrange(1) == (1, 4)
+  ActorLearner(actor_devices=(0,), learner_devices=(1, 2), model=2)
+  said = capsys.readouterr().err
+  assert said.count("topology.model=2 with topology.sharding=replicated keeps the whole "
+                    "network") == 2 and "sharding=fsdp or tensor" in said, said
+  Replicate(model=2, sharding="fsdp").arrange(1)
+  ActorLearner(actor_devices=(0,), learner_devices=(1, 2), model=2, sharding="tensor")
+  assert capsys.readouterr().err == ""

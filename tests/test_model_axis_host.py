@@ -93,7 +93,8 @@ def test_a_sebulba_checkpoint_at_model_2_resumes_at_model_1_and_2_alike(tmp_path
 def test_sebulba_refuses_a_model_the_learner_devices_do_not_divide():
   config = _sebulba(2)
   config.topology.learner_devices = (1, 2, 3)
-  with pytest.raises(ConfigError, match=r"`topology.model` is 2.*3 learner device\(s\)"):
+  with pytest.raises(ConfigError, match=r"`topology.model` is 2.*3 learner device\(s\).*"
+                     r"give --config.topology.learner_devices a number of devices it divides"):
     builder.build(config)
 
 

@@ -360,8 +360,10 @@ class Anakin(Runtime):
           f"The checkpoint in {checkpointer.directory} was saved on a mesh of runs={saved[0]} "
           f"x data={saved[1]} devices; this run's is runs={self.mesh_runs} x "
           f"data={self.mesh_data} (`topology.runs`, `topology.data`). A run resumes on the "
-          f"mesh it had: relaunch with --config.topology.runs={saved[0]} "
-          f"--config.topology.data={saved[1]}, or with --fresh to start over.")
+          f"mesh rows it had ({saved[0] * saved[1]}, each over topology.model devices): "
+          f"relaunch with --config.topology.num_devices="
+          f"{saved[0] * saved[1] * self.topology.model} (at topology.model="
+          f"{self.topology.model}), or with --fresh to start over.")
     state, first_call = checkpointer.restore(state)
     return self._place(state), first_call
 

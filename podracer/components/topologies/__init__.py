@@ -19,6 +19,12 @@ from podracer.components import shardings
 from podracer.errors import ConfigError
 
 
+# Said when a replica spans several devices and keeps its whole network on each.
+_WHOLE_ON_EACH = ("Note: topology.model={model} with topology.sharding=replicated keeps the "
+                  "whole network and optimizer state on each of a replica's {model} "
+                  "devices; set --config.topology.sharding=fsdp or tensor to split them.\n")
+
+
 @registry.topologies.register("replicate")
 class Replicate:
   """The whole program over `num_devices` local devices (all by default) of every process,
@@ -45,12 +51,16 @@ class Replicate:
     # A replica's devices (the mesh's `model` axis) and how its parameters lie on them.
     self.model = model
     self.rule = shardings.build(sharding, model)
+    self._whole_on_each = model > 1 and sharding in (None, "replicated")
 
   def arrange(self, num_runs: int) -> Tuple[int, int]:
     """Lays `num_runs` runs on the mesh: (devices on its runs axis, on its data axis);
     a split that does not fit is a ConfigError naming the keys (podracer/mesh.py)."""
     self._shape = mesh_lib.mesh_shape(self.num_devices * jax.process_count(), num_runs,
                                       *self._asked, model=self.model)
+    if self._whole_on_each:  # Said once, for a mesh that holds.
+      self._whole_on_each = False
+      sys.stderr.write(_WHOLE_ON_EACH.format(model=self.model))
     return self._shape
 
   @property
@@ -134,13 +144,7 @@ class ActorLearner:
     # A learner replica's devices, and how its parameters lie on them.
     self.model = model
     self.rule = shardings.build(sharding, model)
-    if model < 1 or len(learners) % model:
-      raise ConfigError(
-          f"Config key `topology.model` is {model}: a learner replica spanning {model} "
-          f"devices needs a learner device count it divides, but there are "
-          f"{len(learners)} learner device(s). Set --config.topology.model to a divisor "
-          f"of {len(learners)}, or --config.topology.num_learners to a multiple of "
-          f"{model}.")
+    _check_learner_replicas(len(learners), model, sharding, learner_devices is not None)
 
   @property
   def num_replicas(self) -> int:
@@ -151,6 +155,22 @@ class ActorLearner:
     model = f", model={self.model}" if self.model > 1 else ""
     return f"ActorLearner(actors=[{ids(self.actor_devices)}], " \
            f"learners=[{ids(self.learner_devices)}]{model})"
+
+
+def _check_learner_replicas(learners: int, model: int, sharding: Any, listed: bool) -> None:
+  """A learner count `model` does not divide is a ConfigError naming the keys to change
+  (`listed`: the devices were given by index); a replica over several devices that keeps
+  its network whole is said in one line."""
+  if model < 1 or learners % model:
+    more = ("give --config.topology.learner_devices a number of devices it divides"
+            if listed else f"--config.topology.num_learners to a multiple of {model}")
+    raise ConfigError(
+        f"Config key `topology.model` is {model}: a learner replica spanning {model} "
+        f"devices needs a learner device count it divides, but there are {learners} "
+        f"learner device(s). Set --config.topology.model to a divisor of {learners}, or "
+        f"{more}.")
+  if model > 1 and sharding in (None, "replicated"):
+    sys.stderr.write(_WHOLE_ON_EACH.format(model=model))
 
 
 def _device(devices, index: int, key: str):
