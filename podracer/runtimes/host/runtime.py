@@ -204,9 +204,9 @@ class HostRuntime(Runtime):
     (podracer/lifecycle/evaluation.py), the learner thread evaluates between updates.
     """
     state = self._start_learner()
-    logger.describe(model_axis.describe(self.learners.mesh, tuple(state[:2])))
     self.channel.open(checkpointer)
     try:
+      logger.describe(model_axis.describe(self.learners.mesh, tuple(state[:2])))
       self._train(logger, checkpointer, evaluation, state)
     finally:
       self.channel.close()
