@@ -29,6 +29,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Optional
 
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -100,6 +101,12 @@ def measure(width: int, sharding: str, model: int, batch_size: int, repeats: int
               step_ms=round(1e3 * float(np.median(times[1:])), 2))
 
 
+def median_sps(records) -> Optional[int]:
+  """The median env steps/s of the records that include no compiling (None: none)."""
+  sps = sorted(r["sps"] for r in records if not r.get("includes_compilation"))
+  return round(sps[len(sps) // 2]) if sps else None
+
+
 def ppo(total_env_steps: int, sharding: str, seed: int = 0) -> None:
   """PPO CartPole with a fixed batch of 8 environments at data 2 x model 4 and at data 8
   x model 1: each run's figures, then the largest differences between their records."""
@@ -114,11 +121,10 @@ def ppo(total_env_steps: int, sharding: str, seed: int = 0) -> None:
     config.topology.model, config.topology.sharding = model, sharding
     records[model] = builder.build(config).train(stream=None)["records"]
     returns = [r["episode_return"] for r in records[model] if "episode_return" in r]
-    sps = sorted(r["sps"] for r in records[model] if not r.get("includes_compilation"))
     print(dict(agent="ppo", sharding=sharding if model > 1 else "replicated", model=model,
                data=8 // model, env_steps=records[model][-1]["env_steps"],
                held_return=round(float(np.mean(returns[-max(1, len(returns) // 5):])), 2),
-               median_sps=round(sps[len(sps) // 2]) if sps else None), flush=True)
+               median_sps=median_sps(records[model])), flush=True)
   keys = ("episode_return", "loss", "value_loss", "policy_loss", "entropy")
   pairs = list(zip(records[4], records[1]))
   same = [all(np.isclose(a.get(k, 0.0), b.get(k, 0.0), rtol=1e-5, atol=1e-6) for k in keys)
@@ -142,10 +148,9 @@ def wide_sps(total_env_steps: int, sharding: str, models) -> None:
     config.topology.model = model
     config.topology.sharding = sharding if model > 1 else "replicated"
     result = builder.build(config).train(stream=None)
-    sps = sorted(r["sps"] for r in result["records"] if not r.get("includes_compilation"))
     print(dict(agent="ppo wide_anakin", sharding=config.topology.sharding, model=model,
                data=8 // model, param_bytes_per_device=result["param_bytes_per_device"],
-               median_sps=round(sps[len(sps) // 2]) if sps else None), flush=True)
+               median_sps=median_sps(result["records"])), flush=True)
 
 
 def main(argv=None) -> None:

@@ -12,6 +12,8 @@ over `model` appears in them.
   layout.put(rows, specs)   this process's rows -> global arrays laid as `specs` say.
   describe(mesh, nets_opt)  the mesh's shape and `param_bytes_per_device`, for the run's
                             `layout:` line and its `result:` line.
+  check_partitionable(model, program, ways_out)   refuses K > 1 where this JAX cannot
+                            partition a partial-auto program (the Reverb lane's 0.4.34).
 """
 
 from __future__ import annotations
@@ -132,13 +134,10 @@ def _check(runtime: Any) -> None:
         "one program (`num_runs`, `sweep` or `population`): such a replica trains one run. "
         f"Unset `{key}`, or train the runs one by one.")
   model = model_size(runtime.mesh)
-  if model > 1 and not runtime.fixed_batch and not PARTIAL_AUTO:
-    raise ConfigError(
-        f"Config key `topology.model` is {model}, but this JAX ({jax.__version__}) cannot "
-        "partition Anakin's program over a replica's devices (XLA aborts compiling its "
-        "partial-auto shard_map). Set --config.topology.model=1, or add "
-        "--config.runtime.fixed_batch=true (the whole program partitioned by the compiler; "
-        "num_envs_per_device then counts the run's environments), or use JAX >= 0.6.")
+  if model > 1 and not runtime.fixed_batch:
+    check_partitionable(model, "Anakin's program", "add --config.runtime.fixed_batch=true "
+                        "(the whole program partitioned by the compiler; num_envs_per_device "
+                        "then counts the run's environments), or use JAX >= 0.6")
   data = runtime.mesh.shape[mesh_lib.DATA]
   if runtime.fixed_batch and runtime.num_envs_per_device % data:
     raise ConfigError(
@@ -150,6 +149,16 @@ def _check(runtime: Any) -> None:
   if runtime.fixed_batch and jax.process_count() > 1:
     raise ConfigError("Config key `runtime.fixed_batch` trains on one process's devices "
                       "for now: unset it for a run over several processes.")
+
+
+def check_partitionable(model: int, program: str, ways_out: str) -> None:
+  """A ConfigError naming `topology.model` where this JAX cannot partition `program`'s
+  partial-auto shard_map over a replica's K > 1 devices; `ways_out` after model=1."""
+  if model > 1 and not PARTIAL_AUTO:
+    raise ConfigError(
+        f"Config key `topology.model` is {model}, but this JAX ({jax.__version__}) cannot "
+        f"partition {program} over a replica's devices (XLA aborts compiling its "
+        f"partial-auto shard_map). Set --config.topology.model=1, or {ways_out}.")
 
 
 def batch_split(specs: Any, state: Any, on_policy: bool, data: int) -> Any:

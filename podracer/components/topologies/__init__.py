@@ -49,18 +49,18 @@ class Replicate:
     self._asked = (runs, data)
     self._shape: Optional[Tuple[int, int]] = None
     # A replica's devices (the mesh's `model` axis) and how its parameters lie on them.
-    self.model = model
+    self.model, self._sharding = model, sharding
     self.rule = shardings.build(sharding, model)
-    self._whole_on_each = model > 1 and sharding in (None, "replicated")
+    self._said_whole = False
 
   def arrange(self, num_runs: int) -> Tuple[int, int]:
     """Lays `num_runs` runs on the mesh: (devices on its runs axis, on its data axis);
     a split that does not fit is a ConfigError naming the keys (podracer/mesh.py)."""
     self._shape = mesh_lib.mesh_shape(self.num_devices * jax.process_count(), num_runs,
                                       *self._asked, model=self.model)
-    if self._whole_on_each:  # Said once, for a mesh that holds.
-      self._whole_on_each = False
-      sys.stderr.write(_WHOLE_ON_EACH.format(model=self.model))
+    if not self._said_whole:  # Said once, for a mesh that holds.
+      self._said_whole = True
+      _say_if_whole_on_each(self.model, self._sharding)
     return self._shape
 
   @property
@@ -169,6 +169,11 @@ def _check_learner_replicas(learners: int, model: int, sharding: Any, listed: bo
         f"devices needs a learner device count it divides, but there are {learners} "
         f"learner device(s). Set --config.topology.model to a divisor of {learners}, or "
         f"{more}.")
+  _say_if_whole_on_each(model, sharding)
+
+
+def _say_if_whole_on_each(model: int, sharding: Any) -> None:
+  """One line, where a replica spans K > 1 devices under the `replicated` policy."""
   if model > 1 and sharding in (None, "replicated"):
     sys.stderr.write(_WHOLE_ON_EACH.format(model=model))
 

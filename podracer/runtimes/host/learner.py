@@ -83,7 +83,7 @@ class SampleUpdate:
     self.agent, self.channel = agent, channel
     self.gradient_steps = 0  # this process's, since it started (`updates` counts turns)
     self.mesh = learners.mesh
-    nets_opt = WHOLE if learners.specs is WHOLE else learners.specs[:2]
+    nets_opt = learners.specs[:2]
     self._learn = learners.spmd(
         compile_once(self._learn_replica, "The Sebulba replay learner step"),
         (nets_opt, WHOLE, WHOLE), (nets_opt, WHOLE, WHOLE), donate=True)

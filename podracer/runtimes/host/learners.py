@@ -9,7 +9,7 @@ policy says (podracer/components/shardings). The actors get replica 0's paramete
 gathered onto their own device (params.ParamsStore), so acting is unchanged.
 
   LearnerMesh(devices, model, rule)   the mesh, and `replicas` (this process's).
-  .lay_out(state)     the learner state's model specs, from its shapes (at K > 1).
+  .lay_out(init)      the learner state's model specs, from its shapes (at K > 1).
   .spmd(fn, in_specs, out_specs, donate)   one replica's function over the mesh.
   .put(rows, specs)   [replicas, ...] rows -> the mesh's arrays (a row per replica).
 """
@@ -19,14 +19,13 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Tuple
 
 import jax
-from jax.sharding import PartitionSpec
 
 from podracer import distributed, mesh as mesh_lib
 from podracer.components import shardings
 from podracer.errors import ConfigError
 from podracer.runtimes import model_axis
 
-WHOLE = PartitionSpec()  # A subtree whole on each of a replica's devices.
+WHOLE = model_axis.WHOLE  # A subtree whole on each of a replica's devices.
 
 
 class LearnerMesh:
@@ -37,12 +36,8 @@ class LearnerMesh:
                rule: Optional[shardings.Rule] = None):
     if model < 1 or len(devices) % model:  # The topology says so at build.
       raise ValueError(f"{len(devices)} learner devices in replicas of {model}")
-    if model > 1 and not model_axis.PARTIAL_AUTO:
-      raise ConfigError(
-          f"Config key `topology.model` is {model}, but this JAX ({jax.__version__}) cannot "
-          "partition the learner's step over a replica's devices (XLA aborts compiling its "
-          "partial-auto shard_map). Set --config.topology.model=1, or use JAX >= 0.6 (the "
-          "default install lane).")
+    model_axis.check_partitionable(model, "the learner's step",
+                                   "use JAX >= 0.6 (the default install lane)")
     if model > 1 and distributed.process_count() > 1:
       raise ConfigError(
           f"Config key `topology.model` is {model}: a learner replica over several "
@@ -52,16 +47,18 @@ class LearnerMesh:
     self.replicas = len(self.devices) // model  # this process's
     self.rule = rule or shardings.replicated(model)
     self.mesh = mesh_lib.learner_mesh(self.devices, model)
-    self.specs: Any = WHOLE  # the learner state's, once laid out
+    # The learner state's (nets, opt, experience) model specs, once laid out.
+    self.specs: Tuple[Any, ...] = (WHOLE, WHOLE, WHOLE)
 
-  def lay_out(self, state: Any) -> Any:
-    """One replica's learner state (arrays or shapes: (nets, opt, experience)) -> its
-    model specs, kept as `specs`: the nets by the rule, the optimizer's state and
-    target networks as the nets, the rest whole on each of a replica's devices."""
+  def lay_out(self, init: Callable[[jax.Array], Any]) -> Tuple[Any, ...]:
+    """The model specs of the learner state `init(key)` makes (its shapes traced at
+    K > 1 only), kept as `specs`: the nets by the rule, the optimizer's state and target
+    networks as the nets, the rest whole on each of a replica's devices."""
     if self.model > 1:
+      state = jax.eval_shape(init, jax.random.PRNGKey(0))
       nets = state[0]
-      self.specs = shardings.state_specs(
-          nets, shardings.param_specs(self.rule, nets, self.model), state)
+      self.specs = tuple(shardings.state_specs(
+          nets, shardings.param_specs(self.rule, nets, self.model), state))
     return self.specs
 
   def spmd(self, fn: Callable[..., Any], in_specs: Tuple[Any, ...], out_specs: Any,

@@ -85,8 +85,7 @@ class HostRuntime(Runtime):
         max_policy_lag=options.max_policy_lag, producers=producers, batch_key=batch_key,
         turns=turns)
     self.replay = self.channel.replay
-    self.learner_mesh = self.learners.mesh
-    specs = self.learners.lay_out(jax.eval_shape(self._init_replica, jax.random.PRNGKey(0)))
+    specs = self.learners.lay_out(self._init_replica)
     self._init_learner = self.learners.spmd(self._init_replica, (WHOLE,), specs)
 
   @classmethod
