@@ -65,8 +65,23 @@ def mujoco_sebulba() -> config_dict.ConfigDict:
   return c
 
 
+def control_dm_sebulba() -> config_dict.ConfigDict:
+  """TD3 on the Control Suite's cartpole swingup from states (`dm_control`) at D4PG's
+  `control_dm_sebulba` pace, to set them side by side: 256 x 256 networks, 2 actor
+  threads of 8 environments, one update of 256 transitions per 32 env steps (8 learned
+  transitions per env step), learning from the 4,000th transition; 200K env steps.
+  (`mujoco_sebulba`'s one update per env step learns 32 times as much a step.)"""
+  c = _base(total_env_steps=200_000, hidden=256)
+  c.replay.min_size = 4_000
+  env = presets.section("dm_control", domain="cartpole", task="swingup")
+  c = presets.sebulba(c, env, num_envs_per_actor=8, rollout_length=4)
+  c.runtime.updates_per_batch = 1  # 32 env steps an actor's batch: one update.
+  return c
+
+
 get_config = presets.getter("TD3", {"pendulum_anakin": pendulum_anakin,
                                     "pendulum_sebulba": pendulum_sebulba,
                                     "pendulum_seed": pendulum_seed,
-                                    "mujoco_sebulba": mujoco_sebulba},
+                                    "mujoco_sebulba": mujoco_sebulba,
+                                    "control_dm_sebulba": control_dm_sebulba},
                             default="pendulum_anakin")
