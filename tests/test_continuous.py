@@ -185,8 +185,8 @@ def test_ppo_pendulum_anakin_over_5_seeds_holds_minus_250(tmp_path):
   assert_reached_and_held(records, 5, reached=-250, held_iqm=-250)
 
 
-@pytest.mark.extended  # 5 minutes. In CI: PPO learns continuous control under Sebulba and
-@pytest.mark.learning  # SEED (below) and on Playground; SAC on Brax (tests/test_sac.py).
+@pytest.mark.extended  # 5 minutes. In CI: PPO learns continuous control under Sebulba
+@pytest.mark.learning  # (below) and on Playground; SAC on Brax (tests/test_sac.py).
 def test_ppo_brax_inverted_pendulum_anakin_reaches_braxs_1000_and_holds_it_over_2_seeds(
     tmp_path):
   """Brax's training-notebook settings and update (PPO's `brax_anakin`) on
@@ -221,6 +221,9 @@ def test_ppo_sebulba_on_envpool_inverted_pendulum_holds_900_within_100k_steps(tm
   assert all(np.isfinite(r["policy_loss"]) for r in records if "policy_loss" in r)
 
 
+# Extended (CI time): in CI, SEED's continuous PPO acts and learns on the Control Suite
+# through EnvPool (`mujoco_seed`, below) and Sebulba's learns this task (above).
+@pytest.mark.extended
 @pytest.mark.learning
 def test_ppo_seed_on_envpool_inverted_pendulum_learns_within_100k_steps(tmp_path):
   """The same agent under SEED (`mujoco_seed`: 2 worker processes, policy lag at most 1):

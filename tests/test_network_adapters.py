@@ -1,9 +1,9 @@
 """Networks of Flax linen, Flax NNX and Equinox (podracer/components/networks/adapters.py)
 wrapped to podracer's contract: the examples' PureJaxRL-style actor-critics
 (examples/networks/) train PPO on CartPole through PPO's own config and resume exactly,
-learn over 5 seeds in one program as the Haiku network does, and the linen one under
-Sebulba, SEED, podracer.play and meta-gradients (and PureJaxRL's continuous module on
-Pendulum); stateful modules, modules of no library, a library not installed and outputs
+learn over 5 seeds in one program as the Haiku network does (linen's in CI, all three in
+the extended tier), and the linen one under SEED, podracer.play and meta-gradients (under
+Sebulba: extended) (and PureJaxRL's continuous module on Pendulum); stateful modules, modules of no library, a library not installed and outputs
 that do not fit are refused by name."""
 
 import json
@@ -225,6 +225,10 @@ def test_each_library_s_network_trains_ppo_and_resumes_exactly(library, tmp_path
   assert returns[-1] > 100, (library, returns)  # A random policy holds about 22.
 
 
+# Extended (CI time): under Sebulba the network is called as under Anakin (its adapter is
+# the runtime's parameters and outputs, nothing else); CI runs the linen network under
+# SEED's learner and actors (below) and learning under Anakin.
+@pytest.mark.extended
 @pytest.mark.learning
 def test_sebulba_with_a_linen_network_learns(tmp_path):
   """PPO's cartpole_sebulba config, its network the linen example's, as a user types it:
@@ -252,8 +256,11 @@ SHORT_BUDGET = 65_536
 SHORT_BAR = 200
 
 
+# In CI: linen's (NNX's and Equinox's in the extended tier, for CI time; in CI each of them
+# trains and resumes exactly above, so its adapter's gradients and state are checked).
 @pytest.mark.learning
-@pytest.mark.parametrize("library", sorted(EXAMPLES))
+@pytest.mark.parametrize("library", [
+    "linen", *(pytest.param(name, marks=pytest.mark.extended) for name in ("nnx", "equinox"))])
 def test_each_library_s_actor_critic_learns_cartpole_as_haiku_s_does_in_ci(library, tmp_path):
   records = launch_runs("agents/ppo/config.py:cartpole_anakin", tmp_path,
                         f"--import={EXAMPLES[library]}", f"--config.network={NAMES[library]}",
