@@ -1,6 +1,6 @@
 """podracer: the Podracer architectures (Anakin, Sebulba) as a pluggable JAX framework."""
 
-__version__ = "0.21.0"
+__version__ = "0.22.0"
 
 from podracer import deprecation as _deprecation  # noqa: E402
 

@@ -172,9 +172,21 @@ def local(tree: Any) -> Any:
   def rows(x):
     if not isinstance(x, jax.Array) or x.is_fully_addressable:
       return np.asarray(jax.device_get(x))
-    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
-    return np.concatenate([np.asarray(s.data) for s in shards])
+    return _rows_of(x.addressable_shards, x.shape, x.dtype)
   return jax.tree.map(rows, tree)
+
+
+def _rows_of(shards: Sequence[Any], shape: Tuple[int, ...], dtype: Any) -> np.ndarray:
+  """The rows (axis 0) that `shards` (each `.index` into an array of `shape` and `.data`)
+  hold, joined in order: a row split over a replica's devices (a `model` axis) is put
+  together from its pieces; copies of one piece are written once each."""
+  starts = sorted({s.index[0].start or 0 for s in shards})
+  length = int(shards[0].data.shape[0])
+  out = np.empty((len(starts) * length, *shape[1:]), dtype)
+  for s in shards:
+    first = starts.index(s.index[0].start or 0) * length
+    out[(slice(first, first + length), *s.index[1:])] = np.asarray(s.data)
+  return out
 
 
 def gather(tree: Any) -> Any:

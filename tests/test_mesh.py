@@ -197,3 +197,16 @@ def test_placed_rows_have_the_shardings_a_compiled_call_gives_its_outputs(device
   rows = np.zeros((devices, 3), np.float32)
   out = mesh.spmd(lambda x: x + 1, grid)(mesh.put(grid, rows))
   assert mesh.put(grid, rows).sharding == out.sharding
+
+
+def test_a_process_s_rows_are_joined_from_the_pieces_a_model_axis_splits_them_into():
+  """`mesh.local`'s rows of an array not wholly on this process: each row split over two
+  devices (a `model` axis, columns 0-2 and 3-5), one piece held twice (a replicated
+  part), rows 2-3 of 0-5 here: the two rows put together, in order (issue 78)."""
+  import types  # pylint: disable=import-outside-toplevel
+  from podracer.mesh import _rows_of  # pylint: disable=import-outside-toplevel
+  full = np.arange(36.0).reshape(6, 6)
+  piece = lambda r, c: types.SimpleNamespace(index=(slice(r, r + 1), slice(c, c + 3)),
+                                             data=full[r:r + 1, c:c + 3])
+  shards = [piece(3, 3), piece(2, 0), piece(3, 0), piece(2, 3), piece(2, 3)]
+  np.testing.assert_array_equal(_rows_of(shards, full.shape, full.dtype), full[2:4])

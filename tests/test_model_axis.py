@@ -300,6 +300,14 @@ def test_a_checkpoint_at_model_4_resumes_at_model_2_and_1_to_the_same_records(tm
   state, _, _ = four.step(four.init())
   saver.save(1, state, 1, **four._counters(1))  # pylint: disable=protected-access
   saver.close()
+  # The arrays split over `model` were written by orbax shard by shard, with their layout.
+  reader = checkpoint.Checkpointer(str(tmp_path))
+  sharded = reader.meta()["sharded"]
+  saved = reader._manager.item_metadata(1)["state"]  # pylint: disable=protected-access
+  saved = getattr(saved, "tree", saved)
+  assert len(sharded) >= 4 and all(
+      "model" in saved[k].sharding.axis_names for k in sharded), sharded
+  reader.close()
   _, expected, expected_episodes = four.step(state)
   try:
     others = {2: runtime(2)}

@@ -14,6 +14,7 @@ import pytest
 from agents.ppo import config as ppo_config
 from podracer import builder, launch
 from podracer.errors import ConfigError
+from podracer.lifecycle import checkpoint
 from tests.learning import best_by_run, launch_runs
 
 pytestmark = pytest.mark.usefixtures("registered")
@@ -74,15 +75,23 @@ def test_sebulba_over_data_1_x_model_2_writes_the_one_device_learners_records(
 
 
 def test_a_sebulba_checkpoint_at_model_2_resumes_at_model_1_and_2_alike(tmp_path):
-  """Saved over a two-device replica, restored onto one device and onto two: the resumed
-  runs (their producers start new episodes, the same in both) write the same records."""
+  """Saved over a two-device replica, restored onto one device and onto two (there with
+  its actors over two devices too): the resumed runs (their producers start new
+  episodes, the same in both) write the same records."""
   first = tmp_path / "first"
   before, _ = _run(_sebulba(2, "fsdp", steps=STEPS // 2), first)
+  # The split arrays (the 64 x 64 layer, its moments) written by orbax shard by shard.
+  saver = checkpoint.Checkpointer(str(first), stream=None)
+  assert len(saver.meta().get("sharded", ())) >= 3, saver.meta()
+  saver.close()
   resumed = {}
   for model in (1, 2):
     workdir = tmp_path / f"at{model}"
     shutil.copytree(first, workdir)
-    records, _ = _run(_sebulba(model, "fsdp"), workdir)
+    config = _sebulba(model, "fsdp")
+    if model == 2:  # ... and its actors over two devices: `actor_model` changes too.
+      config.topology.actor_devices, config.topology.actor_model = (0, 3), 2
+    records, _ = _run(config, workdir)
     assert records[:len(before)] == before  # the first launch's, kept
     resumed[model] = records[len(before):]
     assert resumed[model][0]["env_steps"] > before[-1]["env_steps"]
@@ -117,15 +126,43 @@ def test_sebulba_with_a_data_1_x_model_2_learner_mesh_learns_cartpole(tmp_path):
 
 def test_seed_learns_over_a_learner_replica_of_two_devices(tmp_path):
   """SEED's learner is the same LearnerMesh: its batches go to one replica over devices 1
-  and 2 (its parameters split by fsdp), its inference server acts on device 0 with them
-  gathered there; the run ends and says its learners' mesh."""
+  and 2 (its parameters split by fsdp); its inference server acts over devices 0 and 3
+  (`topology.actor_model=2`), the parameters split over them by the same policy; the run
+  ends and says both layouts."""
   c = ppo_config.cartpole_seed()
-  c.topology.actor_devices, c.topology.learner_devices = (0,), (1, 2)
-  c.topology.model, c.topology.sharding = 2, "fsdp"
+  c.topology.actor_devices, c.topology.learner_devices = (0, 3), (1, 2)
+  c.topology.model, c.topology.actor_model, c.topology.sharding = 2, 2, "fsdp"
   c.total_env_steps = 8_192
   records, result = _run(c, tmp_path)
   assert result["mesh"] == {"runs": 1, "data": 1, "model": 2}, result
+  assert result["actor_model"] == 2 and 0 < result["actor_param_bytes_per_device"], result
   assert records[-1]["env_steps"] >= 8_192 and records[-1]["updates"] >= 4, records[-1]
+
+
+def test_sebulba_actors_over_two_devices_write_the_one_device_actors_records(
+    one_device_learner, tmp_path):
+  """`topology.actor_model=2`: each actor place is two devices (2 and 3) over which the
+  parameters lie as fsdp says (the 64 x 64 layer split), the policy's call partitioned
+  by the compiler; in turns its records are the one-device actors' to float32 rounding
+  (the split layer sums in another order; a sampled action could flip only within that
+  rounding), and it holds about half the network a device."""
+  want, whole = one_device_learner
+  c = _sebulba(1, "fsdp")
+  c.topology.actor_devices, c.topology.actor_model = (2, 3), 2
+  got, result = _run(c, tmp_path)
+  _assert_same_records(got, want)
+  # The network's bytes: a third of the learner's (parameters, Adam's two moments).
+  network = whole["param_bytes_per_device"] / 3
+  assert result["actor_model"] == 2, result
+  assert result["actor_param_bytes_per_device"] < 0.6 * network, (result, network)
+
+
+def test_sebulba_refuses_an_actor_model_the_actor_devices_do_not_divide():
+  config = _sebulba(1)
+  config.topology.actor_devices, config.topology.actor_model = (2, 3, 4), 2
+  with pytest.raises(ConfigError, match=r"`topology.actor_model` is 2.*3 actor device\(s\).*"
+                     r"give --config.topology.actor_devices a number of devices it divides"):
+    builder.build(config)
 
 
 @pytest.mark.reverb_lane

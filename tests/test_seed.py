@@ -170,12 +170,12 @@ def make_server(config, num_workers, envs_per_worker=4, workers_per_batch=1,
                              envs_per_worker=envs_per_worker,
                              envs_per_batch=envs_per_worker * workers_per_batch))
   runtime = builder.build(one_device(config)).runtime
-  store = ParamsStore(runtime.topology.actor_devices)
+  store = ParamsStore(runtime.actor_places)
   store.push(first_replica(runtime._start_learner()[0]), 0)
   welcome = runtime._welcome()
   output = FakeChannel()
   server = InferenceServer(
-      runtime.agent, runtime.topology.actor_devices, store, output,
+      runtime.agent, runtime.actor_places, store, output,
       Seats(workers_per_batch, 0), num_workers=num_workers,
       envs_per_worker=envs_per_worker, rollout_length=config.runtime.rollout_length,
       batch_size=batch_workers * envs_per_worker, timeout_ms=None,

@@ -22,6 +22,11 @@ restores, and `metrics.jsonl` is rewound to it; if none restores, a ConfigError 
 the directory and `--fresh`. Saves copy the state to the host first and are
 synchronous: the runtime may donate its state to the next step, so an asynchronous save of
 device buffers could read memory the step is already overwriting.
+
+Arrays split over a replica's devices (a `model` axis, issue 78) are not copied whole to
+the host: orbax writes them shard by shard, with their layout, and a resume reads them
+straight into the shards of the resumed run's arrays, whatever its `model` size (the
+check that the newest checkpoint restores still reads it once on the host).
 """
 
 from __future__ import annotations
@@ -213,8 +218,11 @@ class Checkpointer:
     # own `cleanup_tmp_directories` does it in a thread that a run ending at once (a
     # config error) leaves to crash at the interpreter's shutdown.
     _remove_temporaries(self.directory)
-    return self._ocp.CheckpointManager(self.directory, options=self._ocp.CheckpointManagerOptions(
-        max_to_keep=keep, enable_async_checkpointing=False))
+    return self._ocp.CheckpointManager(
+        self.directory, options=self._ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=False),
+        item_handlers=dict(state=self._ocp.StandardCheckpointHandler(),
+                           meta=self._ocp.JsonCheckpointHandler()))
 
   def _steps(self):
     """The steps of the checkpoints there are, newest first."""
@@ -264,10 +272,16 @@ class Checkpointer:
       time.sleep(0.05)
 
   def _write(self, step: int, state: Any, num_records: int, counters: Dict[str, Any]):
+    """The state's arrays as host arrays, but those split over a replica's devices (a
+    `model` axis), which orbax writes shard by shard from their devices; their keys in
+    the meta's `sharded`."""
+    leaves = _saved_leaves(state)
+    meta = dict(counters, step=step, records=num_records, **self.layout())
+    sharded = sorted(k for k, v in leaves.items() if isinstance(v, jax.Array))
+    if sharded:
+      meta["sharded"] = sharded
     self._manager.save(step, args=self._ocp.args.Composite(
-        state=self._ocp.args.StandardSave(_host_leaves(state)),
-        meta=self._ocp.args.JsonSave(dict(counters, step=step, records=num_records,
-                                          **self.layout()))))
+        state=self._ocp.args.StandardSave(leaves), meta=self._ocp.args.JsonSave(meta)))
     self._manager.wait_until_finished()
     self._last_save = time.monotonic()
 
@@ -280,23 +294,53 @@ class Checkpointer:
                 num_local_devices=jax.local_device_count())
 
   def _restored(self, step: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
-    """(meta, state arrays) of checkpoint `step`; raises if it does not restore."""
+    """(meta, state arrays) of checkpoint `step`, read whole on the host (which checks
+    that every array restores); raises if it does not restore."""
+    meta = dict(self._manager.restore(step, args=self._ocp.args.Composite(
+        meta=self._ocp.args.JsonRestore()))["meta"])
     restored = self._manager.restore(step, args=self._ocp.args.Composite(
-        state=self._ocp.args.StandardRestore(), meta=self._ocp.args.JsonRestore()))
-    return dict(restored["meta"]), {k: np.asarray(v) for k, v in restored["state"].items()}
+        state=self._ocp.args.StandardRestore(self._host_targets(step))))
+    return meta, {k: np.asarray(v) for k, v in restored["state"].items()}
+
+  def _host_targets(self, step: int) -> Dict[str, np.ndarray]:
+    """Host arrays of the shapes and dtypes of checkpoint `step`'s arrays: orbax reads
+    those written shard by shard into them, whatever devices this run has."""
+    tree = self._manager.item_metadata(step)["state"]
+    tree = getattr(tree, "tree", tree)
+    return {k: np.empty(m.shape, m.dtype) for k, m in tree.items()}
 
   def restore(self, like: Any) -> Tuple[Any, int]:
-    """The newest usable checkpoint's state (host arrays, the pytree of `like`) and step."""
-    step, _, restored = self._newest_usable()
-    template = _host_leaves(like)
+    """The newest usable checkpoint's state (the pytree of `like`) and step: host arrays,
+    but those saved over a `model` axis, read by orbax straight into the shards of
+    `like`'s arrays (another `model` size than the saved one included)."""
+    step, meta, restored = self._newest_usable()
+    like_leaves = jax.tree.leaves(like)
+    template = {f"{i:06d}": _shape_and_dtype(x) for i, x in enumerate(like_leaves)}
     if sorted(restored) != sorted(template) or any(
-        restored[k].shape != v.shape for k, v in template.items()):
+        restored[k].shape != shape for k, (shape, _) in template.items()):
       raise ConfigError(f"Checkpoint {step} in {self.directory} holds a state of another "
                         "shape than this run's; relaunch with --fresh to start over.")
-    leaves = [_as_like(restored[k].astype(template[k].dtype), x)
-              for k, x in zip(sorted(template), jax.tree.leaves(like))]
-    self._usable = (step, self._usable[1], {})  # The run holds the state now.
+    sharded = self._read_into_shards(step, meta.get("sharded", ()), like_leaves, restored)
+    leaves = [sharded[k] if k in sharded else _as_like(restored[k].astype(template[k][1]), x)
+              for k, x in zip(sorted(template), like_leaves)]
+    self._usable = (step, meta, {})  # The run holds the state now.
     return jax.tree.unflatten(jax.tree.structure(like), leaves), step
+
+  def _read_into_shards(self, step: int, keys: Any, like_leaves: List[Any],
+                        restored: Dict[str, np.ndarray]) -> Dict[str, jax.Array]:
+    """Checkpoint `step`'s arrays `keys` (saved over a `model` axis), each read into the
+    sharding of its leaf of `like_leaves` (jax.Arrays): no host or device holds one whole.
+    The rest come back as the host arrays they are (`restored`, read again)."""
+    keys = [k for k in keys if isinstance(like_leaves[int(k)], jax.Array)]
+    if not keys:
+      return {}
+    target = dict(restored)
+    for k in keys:
+      x = like_leaves[int(k)]
+      target[k] = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    read = self._manager.restore(step, args=self._ocp.args.Composite(
+        state=self._ocp.args.StandardRestore(target)))["state"]
+    return {k: read[k] for k in keys}
 
   def close(self) -> None:
     self._manager.close()
@@ -514,6 +558,35 @@ def _digest(x: np.ndarray) -> str:
 
 def _is_key(x: Any) -> bool:
   return jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key)
+
+
+def _split_over_model(x: Any) -> bool:
+  """Whether `x` is a jax.Array one replica's part of which lies over several devices of
+  a `model` axis (issue 78)."""
+  sharding = getattr(x, "sharding", None)
+  if not isinstance(x, jax.Array) or not isinstance(sharding, jax.sharding.NamedSharding):
+    return False
+  if dict(sharding.mesh.shape).get(mesh_lib.MODEL, 1) == 1:
+    return False
+  named = [p if isinstance(p, tuple) else (p,) for p in sharding.spec if p is not None]
+  return any(mesh_lib.MODEL in axes for axes in named)
+
+
+def _saved_leaves(tree: Any) -> Dict[str, Any]:
+  """`_host_leaves`, but arrays split over a `model` axis kept as they are (one process:
+  orbax writes them shard by shard)."""
+  leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(tree)]
+  return {f"{i:06d}": x if _split_over_model(x) else mesh_lib.local(x)
+          for i, x in enumerate(leaves)}
+
+
+def _shape_and_dtype(x: Any) -> Tuple[Tuple[int, ...], np.dtype]:
+  """What `_host_leaves` would give of leaf `x`, its shape and dtype, without copying it."""
+  if _is_key(x):
+    x = jax.random.key_data(x)
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    x = mesh_lib.local(x)
+  return tuple(np.shape(x)), np.dtype(x.dtype)
 
 
 def _host_leaves(tree: Any) -> Dict[str, np.ndarray]:

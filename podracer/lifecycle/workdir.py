@@ -89,7 +89,10 @@ RESUMABLE_CHANGES = ("total_env_steps", "log.progress_metrics",  # Budget; displ
                      # that the mesh's runs x data rows stay the checkpoint's; Sebulba's
                      # and SEED's learner replicas, that the checkpoint's state fits).
                      "topology.model", "topology.sharding", "topology.num_devices",
-                     "topology.learner_devices", "topology.num_learners")
+                     "topology.learner_devices", "topology.num_learners",
+                     # and the actors' devices (they hold nothing a checkpoint keeps).
+                     "topology.actor_devices", "topology.num_actors",
+                     "topology.actor_model")
 # Keys a later version added to every config, at the value that behaves as before: a
 # workdir whose config.json lacks one resumes (0.11.0: population-based training).
 ADDED_KEYS = {"population.kind": "none", "population.interval": None,

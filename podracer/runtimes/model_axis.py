@@ -104,10 +104,12 @@ class Layout:
     """This process's rows ([its runs x data rows, ...], host or device arrays) ->
     global arrays of the mesh, each row over its replica's devices as `specs` say."""
     first = self.rows_here * jax.process_index()
-    rows = jax.tree.map(np.asarray, rows)
     shardings_of = self.shardings(specs)
 
     def one(x, where):
+      if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(where, x.ndim):
+        return x  # Laid out so already (a checkpoint's arrays read into their shards).
+      x = np.asarray(x)
       shape = (x.shape[0] * jax.process_count(), *x.shape[1:])
       return jax.make_array_from_callback(
           shape, where, lambda index: x[_local(index, first)])

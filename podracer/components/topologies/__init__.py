@@ -100,14 +100,16 @@ class ActorLearner:
   `model` = K > 1 makes each learner replica span K of the learner devices (a mesh of
   data L/K x model K), its parameters and optimizer state laid over them by the
   `sharding` policy, as Replicate's; the actors act with replica 0's parameters
-  gathered onto their own device.
+  gathered onto their own device, or, with `actor_model` = K_a > 1, split over groups of
+  K_a actor devices by the same policy (each group one actor place: its threads' policy
+  calls partitioned over it by the compiler, the rest whole on each of its devices).
   """
 
   def __init__(self, actor_devices: Optional[Sequence[int]] = None,
                learner_devices: Optional[Sequence[int]] = None,
                num_actors: Optional[int] = None, num_learners: Optional[int] = None,
                platform: Optional[str] = None, model: int = 1,
-               sharding: Any = "replicated"):
+               sharding: Any = "replicated", actor_model: int = 1):
     devices = jax.local_devices(backend=platform) if platform else jax.local_devices()
     n = len(devices)
     pick = lambda idx, key: [_device(devices, i, key) for i in idx]
@@ -145,6 +147,10 @@ class ActorLearner:
     self.model = model
     self.rule = shardings.build(sharding, model)
     _check_learner_replicas(len(learners), model, sharding, learner_devices is not None)
+    # The actors' places: each actor device, or groups of `actor_model` of them.
+    self.actor_model = actor_model
+    _check_actor_groups(len(actors), actor_model, sharding, actor_devices is not None)
+    self.actor_rule = shardings.build(sharding, actor_model)
 
   @property
   def num_replicas(self) -> int:
@@ -153,6 +159,7 @@ class ActorLearner:
   def __repr__(self) -> str:
     ids = lambda ds: ",".join(str(d.id) for d in ds)
     model = f", model={self.model}" if self.model > 1 else ""
+    model += f", actor_model={self.actor_model}" if self.actor_model > 1 else ""
     return f"ActorLearner(actors=[{ids(self.actor_devices)}], " \
            f"learners=[{ids(self.learner_devices)}]{model})"
 
@@ -170,6 +177,20 @@ def _check_learner_replicas(learners: int, model: int, sharding: Any, listed: bo
         f"learner device(s). Set --config.topology.model to a divisor of {learners}, or "
         f"{more}.")
   _say_if_whole_on_each(model, sharding)
+
+
+def _check_actor_groups(actors: int, actor_model: int, sharding: Any, listed: bool) -> None:
+  """An actor device count `actor_model` does not divide is a ConfigError naming the
+  keys; groups that keep the parameters whole on each device are said in one line."""
+  if actor_model < 1 or actors % actor_model:
+    more = ("give --config.topology.actor_devices a number of devices it divides" if listed
+            else f"--config.topology.num_actors to a multiple of {actor_model}")
+    raise ConfigError(
+        f"Config key `topology.actor_model` is {actor_model}: actors whose parameters "
+        f"span {actor_model} devices need an actor device count it divides, but there "
+        f"are {actors} actor device(s). Set --config.topology.actor_model to a divisor of "
+        f"{actors}, or {more}.")
+  _say_if_whole_on_each(actor_model, sharding)
 
 
 def _say_if_whole_on_each(model: int, sharding: Any) -> None:

@@ -7,28 +7,71 @@ from __future__ import annotations
 import hashlib
 import itertools
 import threading
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from podracer import mesh as mesh_lib
+from podracer.components import shardings
 from podracer.runtimes.host.threads import POLL
 from podracer.types import PyTree
 
 
-class ParamsStore:
-  """The newest parameters, one copy per actor device, with a version number (the
-  learner updates they have seen)."""
+class ActorPlace:
+  """Where one actor's inference runs (a Sebulba actor thread's, a SEED inference
+  thread's): one actor device, or, with `topology.actor_model` = K > 1, a group of K
+  actor devices over which the parameters lie as the sharding policy says (whole on
+  none of them), the rest (observations, actor state, keys) on each (`data`: what
+  `jax.device_put` takes). The compiler partitions the policy's call over the group."""
 
-  def __init__(self, devices: List[jax.Device]):
-    self._devices = devices
+  def __init__(self, devices: Sequence[jax.Device], rule: Optional[shardings.Rule] = None):
+    self.devices = tuple(devices)
+    self.name = "+".join(str(d.id) for d in self.devices)
+    self._rule, self._shardings = rule, None
+    self.mesh: Optional[Mesh] = None
+    self.data: Any = self.devices[0]
+    if len(self.devices) > 1:
+      self.mesh = Mesh(np.array(self.devices), (mesh_lib.MODEL,))
+      self.data = NamedSharding(self.mesh, PartitionSpec())
+
+  def put_params(self, params: PyTree) -> PyTree:
+    """`params` (anywhere) laid on this place: on its device, or split over its group."""
+    if self.mesh is None:
+      return jax.device_put(params, self.data)
+    if self._shardings is None:  # The tree is the same at every push.
+      rule = self._rule or shardings.replicated(len(self.devices))
+      specs = shardings.param_specs(rule, params, len(self.devices))
+      self._shardings = jax.tree.map(lambda s: NamedSharding(self.mesh, s), specs,
+                                     is_leaf=lambda x: isinstance(x, PartitionSpec))
+    return jax.device_put(params, self._shardings)
+
+  def __repr__(self) -> str:
+    return f"ActorPlace({self.name})"
+
+
+def actor_places(devices: Sequence[jax.Device], model: int = 1,
+                 rule: Optional[shardings.Rule] = None) -> List[ActorPlace]:
+  """The actor devices in groups of `model` (consecutive), a place each."""
+  return [ActorPlace(devices[i:i + model], rule) for i in range(0, len(devices), model)]
+
+
+class ParamsStore:
+  """The newest parameters, one copy per actor place (a device, or a group of devices
+  the parameters are split over), with a version number (the learner updates they
+  have seen)."""
+
+  def __init__(self, places: Sequence[Any]):
+    # Places, or devices (as before 0.22: each its own place; `get` takes either).
+    self._places = [p if isinstance(p, ActorPlace) else ActorPlace([p]) for p in places]
+    self._place_of = {**{p: p for p in self._places}, **dict(zip(places, self._places))}
     self._changed = threading.Condition()
-    self._params: Dict[jax.Device, PyTree] = {}
+    self._params: Dict[ActorPlace, PyTree] = {}
     self.version = -1
 
   def push(self, params_on_learner: PyTree, version: int) -> None:
-    copies = {d: jax.device_put(params_on_learner, d) for d in self._devices}
+    copies = {p: p.put_params(params_on_learner) for p in self._places}
     with self._changed:
       self._params, self.version = copies, version
       self._changed.notify_all()
@@ -39,16 +82,17 @@ class ParamsStore:
       self.version = version
       self._changed.notify_all()
 
-  def get(self, device: jax.Device, at_least: int = -1,
+  def get(self, place: Any, at_least: int = -1,
           stop: Optional[threading.Event] = None) -> Optional[Tuple[PyTree, int]]:
-    """(params, version), waiting for a version >= `at_least`; None if `stop` is set
-    first."""
+    """(params on `place` (one given to the store), version), waiting for a version >=
+    `at_least`; None if `stop` is set first."""
+    place = self._place_of[place]
     with self._changed:
       while self.version < at_least:
         if stop is not None and stop.is_set():
           return None
         self._changed.wait(POLL)
-      return self._params[device], self.version
+      return self._params[place], self.version
 
 
 class PolicyLagBound:

@@ -27,13 +27,15 @@ from podracer.lifecycle import evaluation as evaluation_lib, preemption
 from podracer import contracts, distributed
 from podracer.agent import Agent
 from podracer.errors import ConfigError
+from podracer.components import shardings
 from podracer.runtime import Runtime
 from podracer.runtimes import model_axis
 from podracer.runtimes.host import threads
 from podracer.runtimes.host.channel import channel as channel_for
 from podracer.runtimes.host.learner import Learner, Progress, StopVote, update_for
 from podracer.runtimes.host.learners import WHOLE, LearnerMesh
-from podracer.runtimes.host.params import ParamsStore, PolicyLagBound, first_replica
+from podracer.runtimes.host.params import (ParamsStore, PolicyLagBound, actor_places,
+                                           first_replica)
 from podracer.types import Trajectory, strip_weak_types
 
 
@@ -79,6 +81,9 @@ class HostRuntime(Runtime):
     self.producers = producers  # benchmarks/actors.py warms up two batches each.
     # The learner devices as a mesh of replicas, each over `topology.model` of them.
     self.learners = LearnerMesh(topology.learner_devices, topology.model, topology.rule)
+    # Where the actors act: each actor device, or groups of `topology.actor_model`.
+    self.actor_places = actor_places(topology.actor_devices, topology.actor_model,
+                                     topology.actor_rule)
     self.channel = channel_for(
         agent, self.learners, self.spec, batch_envs=batch_envs,
         rollout_length=options.rollout_length, queue_size=options.queue_size,
@@ -116,7 +121,7 @@ class HostRuntime(Runtime):
   def initial_store(self) -> ParamsStore:
     """A ParamsStore on the actor devices holding the learner's initial nets (version 0):
     what the producers act with before any update (a learner-free measurement's)."""
-    store = ParamsStore(self.topology.actor_devices)
+    store = ParamsStore(self.actor_places)
     store.push(first_replica(self._start_learner()[0]), version=0)
     return store
 
@@ -205,11 +210,22 @@ class HostRuntime(Runtime):
     state = self._start_learner()
     self.channel.open(checkpointer)
     try:
-      logger.describe(model_axis.describe(self.learners.mesh, tuple(state[:2])))
+      logger.describe(self._layout(state))
       self._train(logger, checkpointer, evaluation, state)
     finally:
       self.channel.close()
     return state
+
+  def _layout(self, state: List[Any]) -> Dict[str, Any]:
+    """The learners' mesh and bytes a device (model_axis.describe); with actors over
+    groups of devices (`topology.actor_model` > 1), theirs too, measured from the
+    parameters as an actor group holds them."""
+    layout = model_axis.describe(self.learners.mesh, tuple(state[:2]))
+    if self.topology.actor_model > 1:
+      on_actors = self.actor_places[0].put_params(first_replica(state[0]))
+      layout.update(actor_model=self.topology.actor_model,
+                    actor_param_bytes_per_device=shardings.bytes_per_device(on_actors))
+    return layout
 
   def _learner(self, store: ParamsStore, records: "queue.Queue", logger,
                state: List[Any], checkpointer: Optional[Any]) -> Learner:
@@ -231,7 +247,7 @@ class HostRuntime(Runtime):
 
   def _train(self, logger, checkpointer, evaluation, state) -> None:
     records: "queue.Queue[Dict[str, Any]]" = queue.Queue()
-    store = ParamsStore(self.topology.actor_devices)
+    store = ParamsStore(self.actor_places)
     learner = self._learner(store, records, logger, state, checkpointer)
     store.push(first_replica(state[0]), version=learner.progress.updates)
     group = threads.ThreadGroup()

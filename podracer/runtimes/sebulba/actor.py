@@ -23,12 +23,13 @@ from podracer.logs.meters import episode_sums
 from podracer.runtimes import door
 from podracer.runtimes.host import threads
 from podracer.runtimes.host.channel import Batch
-from podracer.runtimes.host.params import ParamsStore, PolicyLagBound
+from podracer.runtimes.host.params import ActorPlace, ParamsStore, PolicyLagBound
 from podracer.types import PyTree, Trajectory
 
 
 class Actor:
-  """One actor thread's loop (`loop`), on one actor device with its own environments.
+  """One actor thread's loop (`loop`), on one actor place (a device, or a group of them
+  the parameters are split over: host/params.py) with its own environments.
 
   Its `num_envs` environments are `groups` fixed groups of num_envs/groups, each a host
   environment of its own and the same columns of every trajectory. With one group
@@ -39,12 +40,12 @@ class Actor:
   """
 
   def __init__(self, agent: Agent, act: Callable[..., Any], env_factory: Callable[..., Any],
-               device: jax.Device, index: int, seed: int, num_envs: int,
+               place: ActorPlace, index: int, seed: int, num_envs: int,
                rollout_length: int, store: ParamsStore, channel: Any, restart: int = 0,
                lag_bound: Optional[PolicyLagBound] = None, producer: int = 0,
                fail_after_first_batch: bool = False, groups: int = 1):
-    self.agent, self.act, self.device, self.store, self.channel = (
-        agent, act, device, store, channel)
+    self.agent, self.act, self.place, self.store, self.channel = (
+        agent, act, place, store, channel)
     self.num_envs, self.rollout_length, self.groups = num_envs, rollout_length, groups
     self.fail_after_first_batch = fail_after_first_batch
     self.env_factory, self.index, self.seed = env_factory, index, seed
@@ -112,9 +113,9 @@ class Actor:
     """(parameters, their version, this batch's ticket) to act with; None if the run
     stopped while waiting for them (with a lag bound: version >= ticket - max_lag)."""
     if self.lag_bound is None:
-      return (*self.store.get(self.device), None)
+      return (*self.store.get(self.place), None)
     ticket = next(self.tickets)
-    fresh = self.store.get(self.device, ticket - self.lag_bound.max_lag, stop)
+    fresh = self.store.get(self.place, ticket - self.lag_bound.max_lag, stop)
     return None if fresh is None else (*fresh, ticket)
 
   def _hand_over(self, trajectory: Trajectory, batch: Batch, ticket: Optional[int],
@@ -138,14 +139,14 @@ class _Groups:
     key = jax.random.PRNGKey(actor.seed * 7919 + 1 + actor.index)
     if actor.restart:
       key = jax.random.fold_in(key, actor.restart)
-    key = jax.device_put(key, actor.device)
+    key = jax.device_put(key, actor.place.data)
     key, init_key = jax.random.split(key)
     self.keys = [key] + [jax.random.fold_in(key, g) for g in self.ids[1:]]
     # One state for all environments, split: per-environment states (R2D2's epsilons)
     # then do not depend on the number of groups.
     state, n = actor.agent.init_actor(init_key, actor.num_envs), actor.num_envs // len(envs)
     self.states = [jax.device_put(jax.tree.map(lambda x, g=g: x[g * n:(g + 1) * n], state),
-                                  actor.device) for g in self.ids]
+                                  actor.place.data) for g in self.ids]
     self.timesteps = [env.reset()[0] for env in envs]  # Its contract was checked at build.
     self.pending: List[Trajectory] = []
 

@@ -71,7 +71,8 @@ class Sebulba(HostRuntime):
   def __init__(self, agent: Agent, env_factory: Callable[..., Any], topology: Any,
                options: SebulbaOptions, plan: Plan, seed: int):
     self.check_topology(topology)
-    self.num_actor_threads = len(topology.actor_devices) * options.actor_threads_per_device
+    places = len(topology.actor_devices) // topology.actor_model  # actor_model: a group's
+    self.num_actor_threads = places * options.actor_threads_per_device
     super().__init__(agent, env_factory, topology, options, plan, seed,
                      producers=self.num_actor_threads,
                      batch_envs=options.num_envs_per_actor, batch_key="num_envs_per_actor")
@@ -87,14 +88,14 @@ class Sebulba(HostRuntime):
                        channel: Any, restart: int = 0,
                        lag_bound: Optional[PolicyLagBound] = None) -> None:
     options = self.options
-    for j, device in enumerate(self.topology.actor_devices):
+    for j, place in enumerate(self.actor_places):
       for i in range(options.actor_threads_per_device):
         # Distinct environments and keys on every thread of every process.
         index = i + j * 1000 + distributed.process_index() * 100_000
-        actor = Actor(self.agent, self._act, self.env_factory, device, index, self.seed,
+        actor = Actor(self.agent, self._act, self.env_factory, place, index, self.seed,
                       options.num_envs_per_actor, options.rollout_length, store, channel,
                       restart=restart, lag_bound=lag_bound,
                       producer=j * options.actor_threads_per_device + i,
                       fail_after_first_batch=options.inject_failure == "actor" and index == 0,
                       groups=2 if options.env_mode == "async" else 1)
-        group.spawn(f"actor-{device.id}-{i}", actor.loop, group.stop)
+        group.spawn(f"actor-{place.name}-{i}", actor.loop, group.stop)

@@ -15,6 +15,7 @@ import numpy as np
 
 from podracer.agent import Agent
 from podracer.runtimes.compile_once import compile_once
+from podracer.runtimes.host.params import ActorPlace
 
 if TYPE_CHECKING:  # (a session's steps wait here; the session imports this module)
   from podracer.runtimes.seed.session import WorkerSession
@@ -34,14 +35,15 @@ class Request:
 
 class InferenceStep:
   """The compiled step of one inference thread: gather slots, act, scatter, on its
-  device's [N+1] state."""
+  place's [N+1] state (an actor device, or a group the parameters are split over:
+  host/params.py's ActorPlace)."""
 
-  def __init__(self, agent: Agent, device: jax.Device, num_slots: int, key: jax.Array):
-    self.agent, self.device = agent, device
+  def __init__(self, agent: Agent, place: ActorPlace, num_slots: int, key: jax.Array):
+    self.agent, self.place = agent, place
     initial = agent.init_actor(jax.random.fold_in(key, 1), num_slots + 1)
-    self.initial = jax.device_put(initial, device)
+    self.initial = jax.device_put(initial, place.data)
     self.states = jax.tree.map(jnp.copy, self.initial)  # Donated: not `initial`'s.
-    self.key = jax.device_put(key, device)
+    self.key = jax.device_put(key, place.data)
     self._step = jax.jit(compile_once(self._act, "The SEED inference step"),
                          donate_argnums=(1,))
 

@@ -254,8 +254,7 @@ class Seed(HostRuntime):
     options, welcome = self.options, self._welcome()
     # Inference threads: `inference_threads_per_device` per actor device, each with the
     # workers of its own seats (seat % len(lanes)).
-    lanes = [d for d in self.topology.actor_devices
-             for _ in range(options.inference_threads_per_device)]
+    lanes = [p for p in self.actor_places for _ in range(options.inference_threads_per_device)]
     self.server = server = InferenceServer(
         self.agent, lanes, store, channel,
         Seats(options.envs_per_batch // options.envs_per_worker, first_update=restart),
@@ -277,8 +276,8 @@ class Seed(HostRuntime):
       self._secret_file = auth.secret_path(host, self.listener.port)
       auth.write_private(self._secret_file, server.secret)
     self._announce(self.listener.address)
-    for i, device in enumerate(lanes):
-      group.spawn(f"inference-{device.id}-{i}", server.loop, i, group.stop,
+    for i, place in enumerate(lanes):
+      group.spawn(f"inference-{place.name}-{i}", server.loop, i, group.stop,
                   options.inject_failure == "inference" and i == 0)
     self._alive_at, self._reported = time.monotonic(), 0  # for `_poll`
     if options.num_local_workers:

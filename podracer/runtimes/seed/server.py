@@ -42,7 +42,7 @@ from podracer.agent import Agent
 from podracer.runtimes import door
 from podracer.runtimes.host import threads
 from podracer.runtimes.host.channel import Batch
-from podracer.runtimes.host.params import ParamsStore
+from podracer.runtimes.host.params import ActorPlace, ParamsStore
 from podracer.types import TimeStep, Trajectory
 from podracer.runtimes.seed.inference import InferenceStep, Request, ServerStats
 from podracer.runtimes.seed.seats import Piece, Seats
@@ -51,9 +51,10 @@ from podracer.runtimes.seed.session import HANDSHAKE_S, Lobby, Terms, WorkerSess
 
 class InferenceServer:
   """The sessions of one run's workers and the inference threads that act for them:
-  `devices` has one entry per inference thread (a device appears once per thread)."""
+  `devices` has one place per inference thread (host/params.py's ActorPlace: a device
+  or a group of them; one appears once per thread)."""
 
-  def __init__(self, agent: Agent, devices: List[jax.Device], store: ParamsStore,
+  def __init__(self, agent: Agent, devices: List[ActorPlace], store: ParamsStore,
                channel: Any, seats: Seats, *, num_workers: int, envs_per_worker: int,
                rollout_length: int, batch_size: int, timeout_ms: Optional[float],
                max_policy_lag: Optional[int], welcome: Dict[str, Any],
@@ -185,7 +186,7 @@ class InferenceServer:
 
   def _serve(self, index: int, requests: List[Request], stop: threading.Event) -> None:
     step, bw = self.steps[index], self.envs_per_worker
-    got = self.store.get(step.device, max(r.required for r in requests), stop)
+    got = self.store.get(step.place, max(r.required for r in requests), stop)
     if got is None:
       return
     params, version = got
