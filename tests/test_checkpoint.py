@@ -78,7 +78,9 @@ REVERB_LANE = {"ppo_cartpole"}
 # Many runs resume as a population does (its case is PBT's and many runs' both): CI runs
 # `ppo_pbt`; the extended tier (scripts/test.sh --all) both. A meta-gradient's state is
 # one more entry of the learner state `ppo_cartpole` resumes: extended too.
-EXTENDED = {"ppo_runs", "ppo_meta_gradient"}
+# Continuous PPO's normalisers are entries of the state trees `ppo_cartpole` resumes whole
+# (parameters, learner and actor state): extended too (CI time, 2026-12-08).
+EXTENDED = {"ppo_runs", "ppo_meta_gradient", "ppo_pendulum_normalized"}
 
 
 def start(args, run_dir, devices=8):

@@ -298,7 +298,9 @@ def test_seed_with_a_linen_network_runs_and_ships_its_parameters(tmp_path):
   assert max(r["policy_lag_max"] for r in records if "policy_lag_max" in r) <= 1
 
 
-@pytest.mark.slow
+# Extended (CI time): CI plays a Haiku run's checkpoint (tests/test_video.py) and resumes
+# each library's network exactly from its checkpoint (above).
+@pytest.mark.extended
 def test_play_from_a_linen_network_s_checkpoint(tmp_path):
   """`python -m podracer.play` rebuilds a linen-network run from its workdir (the import
   is in its config.json) and plays its saved parameters: PPO cartpole_anakin, 40,960 env

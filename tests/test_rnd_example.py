@@ -91,6 +91,9 @@ def _held(workdir, runs):
                      and r.get("episode_return") is not None]) for run in range(runs)]
 
 
+# Extended (CI time): in CI an RND update steps the policy and predictor and never the
+# target, and the moments merge as numpy computes them (above).
+@pytest.mark.extended
 @pytest.mark.learning
 def test_the_pages_commands_plain_ppo_never_finds_the_treasure_and_rnd_does(tmp_path):
   held = {}
