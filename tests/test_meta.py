@@ -217,7 +217,10 @@ def test_several_tasks_each_train_every_member_their_fitness_over_the_starts(tmp
            tasks="agents/ppo/config.py:catch_anakin|--config.runtime.rollout_length=64")
 
 
-@pytest.mark.slow
+# Extended (CI time): in CI a lifetime-conditioned file loads by its form, builds with
+# the run's gradient steps and reads the training progress
+# (tests/components/test_learned_policy.py), and the search trains (above).
+@pytest.mark.extended
 def test_a_lifetime_conditioned_search_trains_and_writes_its_form(tmp_path):
   """`meta.lifetime`: the members' drift sees the fraction of their training done
   (w0 [7, H]); the file says so by its form, and loads as a loss that gets the run's
