@@ -16,6 +16,10 @@ _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}=8".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# gRPC's fork handlers off in every gRPC of the session (grpcio's, jaxlib's): a test that
+# forks to exec (ffmpeg, a launcher) after a SEED or multi-process test in the same
+# worker could have its child aborted by them (podracer/distributed/transport.py).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # One persistent XLA compilation cache for the session, shared with the processes tests
 # start (they inherit the environment): most of the suite's time is compiling, and many

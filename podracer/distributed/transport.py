@@ -243,11 +243,21 @@ class SocketConnection:
     self.sock.close()
 
 
+def _import_grpc():
+  """grpc, its fork handlers off: podracer forks only to exec (SEED's local workers,
+  ffmpeg for videos), and gRPC's handlers, run in such a child while gRPC's threads are
+  busy, can abort it before it execs (seen: ffmpeg's pipe broken after a SEED run).
+  Read once, when gRPC starts; a value the user set is kept."""
+  os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+  import grpc  # pylint: disable=import-outside-toplevel
+  return grpc
+
+
 class GrpcConnection:
   """The client end of one gRPC bidirectional stream."""
 
   def __init__(self, target: str, timeout: float, tls: Optional["ClientTLS"] = None):
-    import grpc  # pylint: disable=import-outside-toplevel
+    grpc = _import_grpc()
     self._grpc = grpc
     if tls is None:
       self.channel = grpc.insecure_channel(target)
@@ -349,7 +359,7 @@ class Listener:
   def __init__(self, host: str, port: int, new_session: Callable[[str], Session],
                unix: bool, max_sessions: int, max_message: int = MAX_MESSAGE,
                tls: Optional[ServerTLS] = None):
-    import grpc  # pylint: disable=import-outside-toplevel
+    grpc = _import_grpc()
     from concurrent import futures  # pylint: disable=import-outside-toplevel
     self.new_session, self._stop = new_session, threading.Event()
     self._grpc_error, self.max_message = grpc.RpcError, max_message
