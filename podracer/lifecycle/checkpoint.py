@@ -296,11 +296,10 @@ class Checkpointer:
   def _restored(self, step: int) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
     """(meta, state arrays) of checkpoint `step`, read whole on the host (which checks
     that every array restores); raises if it does not restore."""
-    meta = dict(self._manager.restore(step, args=self._ocp.args.Composite(
-        meta=self._ocp.args.JsonRestore()))["meta"])
     restored = self._manager.restore(step, args=self._ocp.args.Composite(
-        state=self._ocp.args.StandardRestore(self._host_targets(step))))
-    return meta, {k: np.asarray(v) for k, v in restored["state"].items()}
+        state=self._ocp.args.StandardRestore(self._host_targets(step)),
+        meta=self._ocp.args.JsonRestore()))
+    return dict(restored["meta"]), {k: np.asarray(v) for k, v in restored["state"].items()}
 
   def _host_targets(self, step: int) -> Dict[str, np.ndarray]:
     """Host arrays of the shapes and dtypes of checkpoint `step`'s arrays: orbax reads
@@ -563,9 +562,9 @@ def _is_key(x: Any) -> bool:
 def _split_over_model(x: Any) -> bool:
   """Whether `x` is a jax.Array one replica's part of which lies over several devices of
   a `model` axis (issue 78)."""
-  sharding = getattr(x, "sharding", None)
-  if not isinstance(x, jax.Array) or not isinstance(sharding, jax.sharding.NamedSharding):
+  if not isinstance(x, jax.Array) or not isinstance(x.sharding, jax.sharding.NamedSharding):
     return False
+  sharding = x.sharding
   if dict(sharding.mesh.shape).get(mesh_lib.MODEL, 1) == 1:
     return False
   named = [p if isinstance(p, tuple) else (p,) for p in sharding.spec if p is not None]
@@ -575,9 +574,13 @@ def _split_over_model(x: Any) -> bool:
 def _saved_leaves(tree: Any) -> Dict[str, Any]:
   """`_host_leaves`, but arrays split over a `model` axis kept as they are (one process:
   orbax writes them shard by shard)."""
-  leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(tree)]
   return {f"{i:06d}": x if _split_over_model(x) else mesh_lib.local(x)
-          for i, x in enumerate(leaves)}
+          for i, x in enumerate(_key_data_leaves(tree))}
+
+
+def _key_data_leaves(tree: Any) -> List[Any]:
+  """`tree`'s leaves, typed PRNG keys as their key data."""
+  return [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(tree)]
 
 
 def _shape_and_dtype(x: Any) -> Tuple[Tuple[int, ...], np.dtype]:
@@ -590,7 +593,7 @@ def _shape_and_dtype(x: Any) -> Tuple[Tuple[int, ...], np.dtype]:
 
 
 def _host_leaves(tree: Any) -> Dict[str, np.ndarray]:
-  leaves = [jax.random.key_data(x) if _is_key(x) else x for x in jax.tree.leaves(tree)]
+  leaves = _key_data_leaves(tree)
   # Each process's rows of arrays over the mesh of every process's devices (mesh.py).
   return {f"{i:06d}": np.asarray(x) for i, x in enumerate(mesh_lib.local(leaves))}
 

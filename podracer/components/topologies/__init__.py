@@ -146,10 +146,13 @@ class ActorLearner:
     # A learner replica's devices, and how its parameters lie on them.
     self.model = model
     self.rule = shardings.build(sharding, model)
-    _check_learner_replicas(len(learners), model, sharding, learner_devices is not None)
+    _check_groups("model", f"a learner replica spanning {model} devices needs a learner",
+                  "learner", len(learners), model, sharding, learner_devices is not None)
     # The actors' places: each actor device, or groups of `actor_model` of them.
     self.actor_model = actor_model
-    _check_actor_groups(len(actors), actor_model, sharding, actor_devices is not None)
+    _check_groups("actor_model", f"actors whose parameters span {actor_model} devices "
+                  "need an actor", "actor", len(actors), actor_model, sharding,
+                  actor_devices is not None)
     self.actor_rule = shardings.build(sharding, actor_model)
 
   @property
@@ -164,33 +167,18 @@ class ActorLearner:
            f"learners=[{ids(self.learner_devices)}]{model})"
 
 
-def _check_learner_replicas(learners: int, model: int, sharding: Any, listed: bool) -> None:
-  """A learner count `model` does not divide is a ConfigError naming the keys to change
-  (`listed`: the devices were given by index); a replica over several devices that keeps
-  its network whole is said in one line."""
-  if model < 1 or learners % model:
-    more = ("give --config.topology.learner_devices a number of devices it divides"
-            if listed else f"--config.topology.num_learners to a multiple of {model}")
+def _check_groups(key: str, what: str, role: str, count: int, size: int, sharding: Any,
+                  listed: bool) -> None:
+  """`count` devices of `role` in groups of `size` (`topology.KEY`): a size that does not
+  divide them is a ConfigError naming the keys; whole networks on each said in one line."""
+  if size < 1 or count % size:
+    more = (f"give --config.topology.{role}_devices a number of devices it divides"
+            if listed else f"--config.topology.num_{role}s to a multiple of {size}")
     raise ConfigError(
-        f"Config key `topology.model` is {model}: a learner replica spanning {model} "
-        f"devices needs a learner device count it divides, but there are {learners} "
-        f"learner device(s). Set --config.topology.model to a divisor of {learners}, or "
-        f"{more}.")
-  _say_if_whole_on_each(model, sharding)
-
-
-def _check_actor_groups(actors: int, actor_model: int, sharding: Any, listed: bool) -> None:
-  """An actor device count `actor_model` does not divide is a ConfigError naming the
-  keys; groups that keep the parameters whole on each device are said in one line."""
-  if actor_model < 1 or actors % actor_model:
-    more = ("give --config.topology.actor_devices a number of devices it divides" if listed
-            else f"--config.topology.num_actors to a multiple of {actor_model}")
-    raise ConfigError(
-        f"Config key `topology.actor_model` is {actor_model}: actors whose parameters "
-        f"span {actor_model} devices need an actor device count it divides, but there "
-        f"are {actors} actor device(s). Set --config.topology.actor_model to a divisor of "
-        f"{actors}, or {more}.")
-  _say_if_whole_on_each(actor_model, sharding)
+        f"Config key `topology.{key}` is {size}: {what} device count it divides, but "
+        f"there are {count} {role} device(s). Set --config.topology.{key} to a divisor of "
+        f"{count}, or {more}.")
+  _say_if_whole_on_each(size, sharding)
 
 
 def _say_if_whole_on_each(model: int, sharding: Any) -> None:
